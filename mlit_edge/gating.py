@@ -1,0 +1,95 @@
+"""Noisy top-k gating (Shazeer et al. 2017) exactly as the mLiT paper writes it.
+
+Letters: T tokens (the batch and sequence flattened, the paper's b*n), M embedding size,
+E experts (the paper's t), K experts chosen per token.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def softmax_k(h: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Softmax_k of the paper: a softmax over each row's top-k entries, every other entry 0.
+
+    Returns the dense (T, E) gates and the (T, K) indices of the chosen experts.
+    """
+    top_v, top_i = h.topk(k, dim=-1)  # (T, K), descending
+    gates = torch.zeros_like(h).scatter(-1, top_i, top_v.softmax(dim=-1))
+    return gates, top_i
+
+
+def psi(h: Tensor, k: int) -> Tensor:
+    """Psi(H) of the paper: per row, the (k+1)-th largest where h >= the k-th largest, else the k-th.
+
+    It is the threshold each entry's noisy logit has to beat to be (or stay) in the top k.
+    Needs E > k.
+    """
+    top_v = h.topk(k + 1, dim=-1).values  # (T, K+1)
+    l_k, l_k1 = top_v[:, k - 1 : k], top_v[:, k : k + 1]  # (T, 1) each
+    return torch.where(h >= l_k, l_k1, l_k)
+
+
+def prob_in_top_k(clean: Tensor, noisy: Tensor, noise_std: Tensor, k: int) -> Tensor:
+    """P(x) = Phi((x Wg - Psi(H)) / softplus(x Wnoise)): the chance that each expert is in the top k
+    under a fresh draw of the noise, differentiable in Wg and Wnoise."""
+    z = (clean - psi(noisy, k)) / noise_std
+    return 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))  # Phi, the standard normal CDF
+
+
+def coefficient_of_variation(x: Tensor, squared: bool = False, eps: float = 1e-10) -> Tensor:
+    """CV = std / mean of a vector (unbiased std, as Shazeer's code); CV^2 when `squared`."""
+    if x.numel() < 2:
+        return x.new_zeros(())
+    x = x.float()
+    var = x.var()
+    mean = x.mean()
+    return var / (mean**2 + eps) if squared else var.sqrt() / (mean + eps)
+
+
+class Routing(NamedTuple):
+    """What a gate decides for T tokens."""
+
+    gates: Tensor  # (T, E) sparse: K non-zeros per row that sum to 1
+    top_i: Tensor  # (T, K) chosen experts, most weighted first
+    loss: Tensor  # () balancing loss L = L_importance + L_load of this layer
+
+
+class NoisyTopKGate(nn.Module):
+    """G(x) = Softmax_k(H(x)) with H(x) = x Wg + randn * softplus(x Wnoise); noise in training only."""
+
+    def __init__(self, dim: int, experts: int, k: int = 2, noisy: bool = True, noise_eps: float = 1e-2,
+                 balance: str = "cv", w_importance: float = 1e-2, w_load: float = 1e-2) -> None:
+        super().__init__()
+        if not 1 <= k <= experts:
+            raise ValueError(f"k={k} must be between 1 and the number of experts ({experts})")
+        self.experts, self.k, self.noisy, self.noise_eps = experts, k, noisy, noise_eps
+        self.squared = balance == "cv2"
+        self.w_importance, self.w_load = w_importance, w_load
+        # [paper] Wg and Wnoise are (m, t) matrices without bias; PyTorch's default Linear init.
+        self.w_gate = nn.Linear(dim, experts, bias=False)
+        self.w_noise = nn.Linear(dim, experts, bias=False) if noisy else None
+
+    def forward(self, x: Tensor) -> Routing:
+        """Route x (T, M)."""
+        clean = self.w_gate(x)  # (T, E)
+        use_noise = self.training and self.w_noise is not None
+        if use_noise:
+            noise_std = F.softplus(self.w_noise(x)) + self.noise_eps  # (T, E)
+            noisy = clean + torch.randn_like(clean) * noise_std
+        else:
+            noisy = clean
+        gates, top_i = softmax_k(noisy, self.k)
+        if use_noise and self.k < self.experts:
+            load = prob_in_top_k(clean, noisy, noise_std, self.k).sum(0)  # sum_0 P(x), (E,)
+        else:
+            # Without noise P is a step function; count the tokens per expert instead, as Shazeer.
+            load = (gates > 0).float().sum(0)
+        importance = gates.sum(0)  # sum_0 G(x), (E,)
+        loss = (self.w_importance * coefficient_of_variation(importance, self.squared)
+                + self.w_load * coefficient_of_variation(load, self.squared))
+        return Routing(gates, top_i, loss)

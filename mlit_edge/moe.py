@@ -1,0 +1,108 @@
+"""Mixture of SwiGLU experts whose V and W2 are shared across the layer.
+
+Expert e computes (silu(x W_e + b_e) * (x V_e + c_e)) W2_e + d_e. Each of W, V, W2 (with its bias)
+is either per-expert or one shared copy: a shared matrix is stored with an expert axis of length 1
+and broadcast, so every sharing arrangement of the paper's Table 9 runs through the same code.
+
+Letters: T tokens, M embedding size, E experts, K chosen experts, H hidden size (of one expert).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .gating import NoisyTopKGate, Routing
+
+
+def _linear_init_(weight: Tensor, bias: Tensor, fan_in: int) -> None:
+    """PyTorch's default nn.Linear init (the paper keeps PyTorch defaults): U(-1/sqrt(fan_in), +)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    nn.init.uniform_(weight, -bound, bound)
+    nn.init.uniform_(bias, -bound, bound)
+
+
+class SwiGLUExperts(nn.Module):
+    """E SwiGLU experts; `shared` names which of "w", "v", "w2" exist once for the whole layer."""
+
+    def __init__(self, dim: int, hidden: int, experts: int, shared: Iterable[str] = ("v", "w2")) -> None:
+        super().__init__()
+        shared = set(shared)
+        self.dim, self.hidden, self.experts = dim, hidden, experts
+        n_w, n_v, n_w2 = (1 if name in shared else experts for name in ("w", "v", "w2"))
+        # Stored so that the per-expert maps flatten to one matmul without a copy:
+        # W and V as (M, E, H) -> (M, E*H); W2 as (E, H, M) -> (E*H, M).
+        self.w = nn.Parameter(torch.empty(dim, n_w, hidden))
+        self.b = nn.Parameter(torch.empty(n_w, hidden))
+        self.v = nn.Parameter(torch.empty(dim, n_v, hidden))
+        self.c = nn.Parameter(torch.empty(n_v, hidden))
+        self.w2 = nn.Parameter(torch.empty(n_w2, hidden, dim))
+        self.d = nn.Parameter(torch.empty(n_w2, dim))
+        for e in range(n_w):
+            _linear_init_(self.w[:, e].data, self.b[e].data, dim)
+        for e in range(n_v):
+            _linear_init_(self.v[:, e].data, self.c[e].data, dim)
+        for e in range(n_w2):
+            _linear_init_(self.w2[e].data, self.d[e].data, hidden)
+
+    def _in_proj(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        n = weight.shape[1]
+        return (x @ weight.reshape(self.dim, n * self.hidden) + bias.reshape(-1)).view(-1, n, self.hidden)
+
+    def forward(self, x: Tensor, gates: Tensor) -> Tensor:
+        """sum_e g_e * expert_e(x) for x (T, M) and gates (T, E) with rows summing to 1.
+
+        All experts' W run as one matmul; a shared V or W2 runs once for all experts. With W2
+        shared, sum_e g_e (z_e W2 + d) = (sum_e g_e z_e) W2 + d because the gates sum to 1.
+        """
+        z = F.silu(self._in_proj(x, self.w, self.b)) * self._in_proj(x, self.v, self.c)  # (T, E|1, H)
+        if self.w2.shape[0] == 1:
+            mixed = z[:, 0] if z.shape[1] == 1 else torch.einsum("te,teh->th", gates, z)  # (T, H)
+            return mixed @ self.w2[0] + self.d[0]
+        z = gates.unsqueeze(-1) * z.expand(-1, self.experts, -1)  # (T, E, H)
+        return z.reshape(-1, self.experts * self.hidden) @ self.w2.view(-1, self.dim) + gates @ self.d
+
+    def expert(self, x: Tensor, e: int) -> Tensor:
+        """Expert e alone on x (T, M) -> (T, M)."""
+        pick = lambda p, axis: p.select(axis, e if p.shape[axis] > 1 else 0)  # noqa: E731
+        a = F.silu(x @ pick(self.w, 1) + pick(self.b, 0))
+        u = x @ pick(self.v, 1) + pick(self.c, 0)
+        return (a * u) @ pick(self.w2, 0) + pick(self.d, 0)
+
+    def forward_sparse(self, x: Tensor, gates: Tensor, top_i: Tensor) -> Tensor:
+        """Reference per-expert dispatch: each expert runs only on the tokens routed to it.
+
+        Data-dependent shapes, so it is for parity checks and benchmarks, never for export.
+        """
+        out = x.new_zeros(x.shape[0], self.dim)
+        for e in range(self.experts):
+            rows = (top_i == e).any(dim=-1).nonzero().squeeze(-1)  # tokens that chose e
+            if rows.numel():
+                out.index_add_(0, rows, gates[rows, e : e + 1] * self.expert(x[rows], e))
+        return out
+
+
+class MoE(nn.Module):
+    """A mixture-of-experts feed-forward layer: gate, SwiGLU experts, dropout on the output."""
+
+    def __init__(self, dim: int, hidden: int, experts: int, k: int = 2, shared: Iterable[str] = ("v", "w2"),
+                 noisy: bool = True, noise_eps: float = 1e-2, balance: str = "cv", w_importance: float = 1e-2,
+                 w_load: float = 1e-2, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.gate = NoisyTopKGate(dim, experts, k, noisy, noise_eps, balance, w_importance, w_load)
+        self.experts = SwiGLUExperts(dim, hidden, experts, shared)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sparse: bool = False) -> tuple[Tensor, Routing]:
+        """x (B, N, M) -> (B, N, M) and the routing of its B*N tokens; `sparse` uses the reference."""
+        B, N, M = x.shape
+        flat = x.reshape(B * N, M)  # (T, M)
+        routing = self.gate(flat)
+        if sparse:
+            y = self.experts.forward_sparse(flat, routing.gates, routing.top_i)
+        else:
+            y = self.experts(flat, routing.gates)
+        return self.drop(y).view(B, N, M), routing

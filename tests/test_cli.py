@@ -1,0 +1,41 @@
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from mlit_edge.cli import main
+
+
+def test_info_prints_per_layer_table():
+    result = CliRunner().invoke(main, ["info", "--size", "xxs"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split()[:3] == ["layer", "hidden", "experts"]
+    rows = [line.split() for line in lines if line.strip() and line.split()[0].isdigit()]
+    assert [int(r[1]) for r in rows] == [81, 74, 67, 60, 54, 47, 40, 33, 27]
+    assert "total: 659,357 parameters" in result.output
+    assert "131.0M dense" in result.output and "vs paper" in result.output
+
+
+def test_info_json_totals_agree_with_rows():
+    result = CliRunner().invoke(main, ["info", "--size", "xs", "--json"])
+    data = json.loads(result.output)
+    layers = data["layers"]
+    assert len(layers) == 12
+    assert data["params"] == sum(r["params"] for r in layers) + data["embed_params"] + data["head_params"]
+    assert abs(data["paper"]["delta_pct"]) < 2
+
+
+def test_bad_size_is_one_line_error_with_valid_names():
+    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "info", "--size", "huge"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == ["Error: unknown model size 'huge'; valid sizes: s, xs, xxs"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_explains_commands():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0 and "info" in result.output
+    assert "MACs" in CliRunner().invoke(main, ["info", "--help"]).output
