@@ -1,18 +1,63 @@
 """The `mlit-edge` command line. Bad input ends in a one-line error and a non-zero exit."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
+import typing
+from functools import wraps
 
 import click
 
 from . import __version__
-from .config import SIZES
+from .config import SIZES, MLiTConfig
+
+USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, RuntimeError, TypeError)
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if value.lower() not in SIZES:
         raise click.ClickException(f"unknown model size {value!r}; valid sizes: {', '.join(SIZES)}")
     return value.lower()
+
+
+def _parse_overrides(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
+    """--set KEY=VALUE for MLiTConfig fields, converted to the field's type."""
+    hints = typing.get_type_hints(MLiTConfig)
+    out = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in hints:
+            fields = ", ".join(f.name for f in dataclasses.fields(MLiTConfig))
+            raise click.ClickException(f"--set {item!r}: expected KEY=VALUE with KEY one of: {fields}")
+        kind = hints[key]
+        try:
+            if kind is bool:
+                value = raw.lower() in ("1", "true", "yes", "on")
+            elif typing.get_origin(kind) is tuple:
+                elem = typing.get_args(kind)[0]
+                value = tuple(elem(v) for v in raw.split(",") if v)
+            else:
+                value = kind(raw)
+        except ValueError:
+            raise click.ClickException(f"--set {item!r}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}")
+        out[key] = value
+    return out
+
+
+def user_errors(fn):
+    """Turn expected failures (bad paths, bad values, refused checkpoints) into one-line errors."""
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            raise click.ClickException(str(msg).splitlines()[0] if msg else type(e).__name__) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)", err=True)
+            sys.exit(130)
+    return wrapper
 
 
 SIZE = click.option("--size", default="xxs", show_default=True, callback=_size,
@@ -45,6 +90,146 @@ def info(size: str, num_classes: int, as_json: bool) -> None:
         click.echo(json.dumps({"size": size, **stats, "paper": paper}, indent=2))
     else:
         click.echo(format_table(size, stats, paper))
+
+
+def training_options(fn):
+    """Options shared by train, pretrain and finetune."""
+    opts = [
+        click.option("--data", default="mnist5k", show_default=True,
+                     help="mnist5k (embedded, no network), cifar10, cifar100, svhn, flowers102, or an "
+                          "ImageFolder directory."),
+        click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False),
+                     help="Where torchvision datasets live (or are downloaded to)."),
+        click.option("--download", is_flag=True, help="Download a torchvision dataset if it is missing."),
+        click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1)),
+        click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1),
+                     help="Global batch size, split across torchrun processes."),
+        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Peak learning rate [default: 3e-4 * batch / 256, the paper's rule]."),
+        click.option("--min-lr", default=0.0, show_default=True, type=click.FloatRange(min=0)),
+        click.option("--warmup-frac", default=0.05, show_default=True, type=click.FloatRange(0, 1),
+                     help="Fraction of training spent in linear warm-up."),
+        click.option("--weight-decay", default=0.05, show_default=True, type=click.FloatRange(min=0)),
+        click.option("--clip-grad", default=None, type=click.FloatRange(min=0, min_open=True),
+                     help="Clip the gradient norm to this value."),
+        click.option("--amp", default="auto", show_default=True, type=click.Choice(["auto", "fp16", "bf16", "off"]),
+                     help="Mixed precision: auto is fp16 with a GradScaler on CUDA and fp32 on CPU."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--seed", default=0, show_default=True, type=int),
+        click.option("--deterministic", is_flag=True, help="Use deterministic kernels (bitwise repeatable on CPU)."),
+        click.option("--resident", is_flag=True,
+                     help="Keep the whole dataset on the device and augment it there (fast GPU path)."),
+        click.option("--compile", "compile_", is_flag=True, help="torch.compile the model (slow start, faster steps)."),
+        click.option("--out", default=None, type=click.Path(file_okay=False),
+                     help="Run folder for checkpoint.pt, metrics.jsonl and the PNGs [default: runs/TASK-SIZE-DATA]."),
+        click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint."),
+        click.option("--set", "overrides", multiple=True, callback=_parse_overrides, metavar="KEY=VALUE",
+                     help="Override a model config field, e.g. --set top_k=1 --set shared=w,w2. Repeatable."),
+        click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
+                     help="Evaluate on the test split every N epochs (and after the last)."),
+        click.option("--no-progress", is_flag=True, help="No progress bars (log lines only)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _run(task: str, size: str, init_from: str | None = None, mask_ratio: float | None = None, **kw) -> None:
+    from .fit import RunConfig, fit
+
+    data_tag = kw["data"].rstrip("/").split("/")[-1]
+    out = kw.pop("out") or f"runs/{task}-{size}-{data_tag}"
+    run = RunConfig(task=task, size=size, out=out, init_from=init_from, mask_ratio=mask_ratio,
+                    compile=kw.pop("compile_"), progress=not kw.pop("no_progress"), **kw)
+    metrics = fit(run, log=lambda m: click.echo(m, err=True))
+    if not metrics:  # ranks other than 0 under torchrun report nothing
+        return
+    if metrics.get("test"):
+        click.echo(f"final test top-1 {metrics['test']['acc']:.4f} -> {out}/checkpoint.pt")
+    else:
+        click.echo(f"final train loss {metrics['train']['loss']:.5f} -> {out}/checkpoint.pt")
+
+
+@main.command()
+@SIZE
+@training_options
+@user_errors
+def train(size: str, **kw) -> None:
+    """Supervised mLiT training with the paper's recipe (AdamW, warm-up + cosine, lr = 3e-4 * batch / 256).
+
+    Runs on one device, or on many under `torchrun --nproc_per_node=N`. Writes checkpoint.pt after every
+    epoch (atomically), metrics.jsonl, loss.png and experts.png to --out.
+    """
+    _run("train", size, **kw)
+
+
+@main.command()
+@SIZE
+@click.option("--mask-ratio", default=None, type=click.FloatRange(0, 1, max_open=True),
+              help="Fraction of patches hidden from the encoder [default: 0.75, the paper's].")
+@training_options
+@user_errors
+def pretrain(size: str, mask_ratio: float | None, **kw) -> None:
+    """mmLiT masked auto-encoder pre-training (labels unused). Loss curves are plotted log-log."""
+    _run("pretrain", size, mask_ratio=mask_ratio, **kw)
+
+
+@main.command()
+@click.option("--from", "init_from", required=True, type=click.Path(dir_okay=False),
+              help="The mmLiT pre-training checkpoint whose encoder is fine-tuned.")
+@training_options
+@user_errors
+def finetune(init_from: str, **kw) -> None:
+    """Fine-tune a classifier from an mmLiT encoder; the head is new, sized to the dataset."""
+    _run("finetune", "pretrained", init_from=init_from, **kw)
+
+
+@main.command("eval")
+@click.option("--checkpoint", "ckpt_path", required=True, type=click.Path(dir_okay=False),
+              help="A supervised or fine-tuned mLiT checkpoint.")
+@click.option("--data", default=None, help="Dataset to evaluate on [default: the one it was trained on].")
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "test"]))
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--device", default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@user_errors
+def eval_(ckpt_path: str, data: str | None, data_root: str, split: str, batch_size: int, device: str,
+          as_json: bool) -> None:
+    """Top-1 accuracy, loss and per-layer expert utilisation of a checkpoint on a dataset split."""
+    import torch
+
+    from .checkpoint import describe, load_checkpoint, model_from_checkpoint
+    from .data import Loader, load_dataset
+    from .fit import resolve_device
+    from .train import ExpertCounter
+
+    ckpt = load_checkpoint(ckpt_path, kind="mlit")
+    dev = resolve_device(device)
+    ds = load_dataset(data or ckpt["data"]["name"].removeprefix("imagefolder:"), split, data_root)
+    if len(ds.classes) != len(ckpt["data"]["classes"]):
+        raise click.ClickException(f"{ds.name} has {len(ds.classes)} classes but the model was trained on "
+                                   f"{len(ckpt['data']['classes'])}")
+    model = model_from_checkpoint(ckpt).to(dev).eval()
+    counter = ExpertCounter(model.cfg.experts_per_layer())
+    correct = seen = 0
+    loss = 0.0
+    with torch.no_grad():
+        for x, y in Loader(ds, batch_size, train=False, device=dev):
+            logits, aux = model(x, return_aux=True)
+            counter.update(aux.experts)
+            loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(-1) == y).sum().item()
+            seen += len(y)
+    result = {"checkpoint": ckpt_path, "model": describe(ckpt), "data": ds.name, "split": split, "images": seen,
+              "top1": correct / seen, "loss": loss / seen, "experts": counter.fractions()}
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(f"{result['model']}\n{ds.name} {split}: top-1 {result['top1']:.4f} on {seen} images, "
+                   f"loss {result['loss']:.4f}")
+        for i, row in enumerate(result["experts"]):
+            click.echo(f"  layer {i}: expert shares " + " ".join(f"{v:.2f}" for v in row))
 
 
 if __name__ == "__main__":

@@ -75,7 +75,11 @@ class NoisyTopKGate(nn.Module):
         self.w_noise = nn.Linear(dim, experts, bias=False) if noisy else None
 
     def forward(self, x: Tensor) -> Routing:
-        """Route x (T, M)."""
+        """Route x (T, M). The router always runs in fp32, also under autocast."""
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self._route(x.float())
+
+    def _route(self, x: Tensor) -> Routing:
         clean = self.w_gate(x)  # (T, E)
         use_noise = self.training and self.w_noise is not None
         if use_noise:

@@ -37,6 +37,7 @@ class MAEOutput(NamedTuple):
     mse_masked: Tensor
     mse_unmasked: Tensor
     moe_loss: Tensor  # () balancing loss of encoder and decoder MoE layers
+    experts: list[Tensor]  # per MoE layer (encoder, then decoder), the (B, tokens, K) chosen experts
 
 
 class MMLiT(nn.Module):
@@ -74,18 +75,29 @@ class MMLiT(nn.Module):
         mask[:, :keep] = 0
         return visible, mask.gather(1, ids_restore), ids_restore
 
-    def forward_encoder(self, imgs: Tensor, ratio: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Encode the visible patches plus the dummy token, which is never masked [ours]."""
+    @staticmethod
+    def _run(blocks: nn.ModuleList, x: Tensor, experts: list[Tensor]) -> tuple[Tensor, Tensor]:
+        moe_loss = x.new_zeros(())
+        for blk in blocks:
+            x, layer_loss, top_i = blk(x)
+            moe_loss = moe_loss + layer_loss
+            experts.append(top_i)
+        return x, moe_loss
+
+    def forward_encoder(self, imgs: Tensor, ratio: float, experts: list[Tensor] | None = None):
+        """Encode the visible patches plus the dummy token, which is never masked [ours].
+
+        Returns the latent (B, V+1, D), the mask, the restoring permutation and the balancing loss;
+        appends each layer's chosen experts to `experts` when given.
+        """
         x = self.encoder.embed(imgs)  # (B, N, D), dummy last
         visible, mask, ids_restore = self.random_masking(x[:, :-1], ratio)
         x = torch.cat([visible, x[:, -1:]], dim=1)  # (B, V+1, D)
-        moe_loss = x.new_zeros(())
-        for blk in self.encoder.blocks:
-            x, layer_loss, _ = blk(x)
-            moe_loss = moe_loss + layer_loss
+        x, moe_loss = self._run(self.encoder.blocks, x, [] if experts is None else experts)
         return self.encoder.norm(x), mask, ids_restore, moe_loss
 
-    def forward_decoder(self, latent: Tensor, mask: Tensor, ids_restore: Tensor) -> tuple[Tensor, Tensor]:
+    def forward_decoder(self, latent: Tensor, mask: Tensor, ids_restore: Tensor,
+                        experts: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """latent (B, V+1, D) -> predicted pixels (B, L, P) and the decoder's balancing loss.
 
         [paper] the decoder has no positional embeddings of its own: [recon] a hidden patch enters as
@@ -99,10 +111,7 @@ class MMLiT(nn.Module):
         x = torch.cat([visible, fill], dim=1).gather(1, ids_restore[..., None].expand(-1, -1, D))  # (B, L, D)
         x = x + mask[..., None] * self.encoder.pos_embed[:, :L]  # (B, L, D)
         x = self.decoder_embed(torch.cat([x, dummy], dim=1))  # (B, N, E)
-        moe_loss = x.new_zeros(())
-        for blk in self.decoder_blocks:
-            x, layer_loss, _ = blk(x)
-            moe_loss = moe_loss + layer_loss
+        x, moe_loss = self._run(self.decoder_blocks, x, [] if experts is None else experts)
         return self.decoder_pred(self.decoder_norm(x))[:, :-1], moe_loss  # (B, L, P), dummy dropped
 
     def forward_loss(self, imgs: Tensor, pred: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -119,12 +128,13 @@ class MMLiT(nn.Module):
 
     def forward(self, imgs: Tensor, mask_ratio: float | None = None) -> MAEOutput:
         ratio = self.cfg.mask_ratio if mask_ratio is None else mask_ratio
-        latent, mask, ids_restore, enc_loss = self.forward_encoder(imgs, ratio)
-        pred, dec_loss = self.forward_decoder(latent, mask, ids_restore)
+        experts: list[Tensor] = []
+        latent, mask, ids_restore, enc_loss = self.forward_encoder(imgs, ratio, experts)
+        pred, dec_loss = self.forward_decoder(latent, mask, ids_restore, experts)
         masked, unmasked = self.forward_loss(imgs, pred, mask)
         moe_loss = enc_loss + dec_loss
         loss = masked + self.cfg.alpha * unmasked + self.cfg.beta * moe_loss
-        return MAEOutput(loss, pred, mask, masked, unmasked, moe_loss)
+        return MAEOutput(loss, pred, mask, masked, unmasked, moe_loss, experts)
 
 
 def encoder_state_dict(mae_state: dict[str, Tensor]) -> dict[str, Tensor]:

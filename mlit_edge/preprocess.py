@@ -1,0 +1,83 @@
+"""Eval preprocessing with numpy alone: the single definition shared by training and the runtime.
+
+An image (uint8, HxW gray or HxWxC with C in {1, 3, 4}) is resized to 36x36 with antialiased
+bilinear filtering (PIL's and torchvision's `antialias=True` semantics, half-pixel centres), rounded
+back to uint8, then scaled to [0, 1] and normalised per channel. Training stores its datasets after
+the first step and normalises on the device; the runtime does all of it here.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@lru_cache(maxsize=64)
+def resize_weights(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) matrix of a 1-D antialiased bilinear resize; rows sum to 1.
+
+    Output pixel i samples the input at centre (i + 0.5) * n_in / n_out with a triangle filter that
+    is widened by the scale when shrinking, so downsampling averages instead of aliasing.
+    """
+    scale = n_in / n_out
+    support = max(scale, 1.0)
+    centres = (np.arange(n_out) + 0.5) * scale  # (n_out,)
+    dist = (np.arange(n_in)[None, :] + 0.5 - centres[:, None]) / support  # (n_out, n_in)
+    w = np.clip(1.0 - np.abs(dist), 0.0, None)
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _as_hwc(image: np.ndarray) -> np.ndarray:
+    """One image as uint8 HxWx3 (gray replicated, alpha dropped)."""
+    a = np.asarray(image)
+    if a.dtype != np.uint8:
+        raise TypeError(f"images must be uint8 arrays, got {a.dtype}")
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3 or a.shape[2] not in (1, 3, 4) or min(a.shape[:2]) < 1:
+        raise ValueError(f"expected an HxW or HxWxC image with C in 1, 3, 4; got shape {a.shape}")
+    if a.shape[2] == 1:
+        a = np.repeat(a, 3, axis=2)
+    return a[:, :, :3]
+
+
+def resize_images(images: np.ndarray | Sequence[np.ndarray], size: int = 36) -> np.ndarray:
+    """uint8 image(s) of any size -> uint8 (N, size, size, 3). A 4-D array is one batch of equal size."""
+    if isinstance(images, np.ndarray) and images.ndim == 4:
+        batches = [images]
+    else:
+        batches = [_as_hwc(img)[None] for img in images]
+    out = []
+    for batch in batches:
+        if batch.dtype != np.uint8:
+            raise TypeError(f"images must be uint8 arrays, got {batch.dtype}")
+        if batch.shape[-1] == 1:
+            batch = np.repeat(batch, 3, axis=-1)
+        batch = batch[..., :3]
+        _, H, W, _ = batch.shape
+        if (H, W) == (size, size):
+            out.append(batch)
+            continue
+        N = batch.shape[0]
+        x = batch.astype(np.float64).reshape(N, H, W * 3)
+        x = (resize_weights(H, size) @ x).reshape(N, size, W, 3)  # (N, S, W, 3)
+        x = np.matmul(resize_weights(W, size), x)  # (N, S, S, 3): rows of each image act as the batch
+        out.append(np.clip(np.rint(x), 0, 255).astype(np.uint8))
+    return np.concatenate(out, axis=0)
+
+
+def normalize(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """uint8 (N, S, S, 3) -> float32 (N, 3, S, S): x / 255, minus mean, over std, per channel."""
+    x = images.astype(np.float32) / np.float32(255.0)
+    x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+def preprocess(images: np.ndarray | Sequence[np.ndarray], mean: Sequence[float], std: Sequence[float],
+               size: int = 36) -> np.ndarray:
+    """The eval preprocessing: uint8 image(s) of any size -> float32 (N, 3, size, size) model input."""
+    return normalize(resize_images(images, size), mean, std)
