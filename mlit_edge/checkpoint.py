@@ -5,7 +5,6 @@ import dataclasses
 import os
 import pickle
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +70,15 @@ def set_rng_state(state: dict) -> None:
 
 def save_atomic(obj: Any, path: str | Path) -> None:
     """torch.save to a temporary file in the same folder, fsync, then rename over `path`."""
+    from .sidecar import atomic_path
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def make_checkpoint(kind: str, model: nn.Module, cfg: MLiTConfig | MAEConfig, size: str | None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 import typing
@@ -230,6 +231,93 @@ def eval_(ckpt_path: str, data: str | None, data_root: str, split: str, batch_si
                    f"loss {result['loss']:.4f}")
         for i, row in enumerate(result["experts"]):
             click.echo(f"  layer {i}: expert shares " + " ".join(f"{v:.2f}" for v in row))
+
+
+def _calibration_images(data: str, n: int, data_root: str, seed: int = 0):
+    """A seeded random subset of a dataset's train split, preprocessed as the model expects."""
+    import numpy as np
+
+    from .data import load_dataset
+    from .preprocess import normalize
+
+    ds = load_dataset(data, "train", data_root)
+    idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))])
+    images = ds.images[idx].permute(0, 2, 3, 1).numpy()  # (N, S, S, 3) uint8, already resized
+    return normalize(images, ds.mean, ds.std), {"name": ds.name, "split": "train", "seed": seed,
+                                                 "indices_sha256": hashlib.sha256(idx.tobytes()).hexdigest()}
+
+
+@main.command()
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+              help="A trained mLiT checkpoint. Without it the weights are random (latency work only).")
+@click.option("--size", default=None, help="Model size when exporting random weights: s, xs or xxs.")
+@click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Head size for random weights.")
+@click.option("--out", "out", default="model.onnx", show_default=True, type=click.Path(dir_okay=False),
+              help="The fp32 ONNX; variants are written beside it as NAME.fp16.onnx and NAME.int8.onnx.")
+@click.option("--opset", default=18, show_default=True, type=click.IntRange(18, 20))
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="Fix the batch size [default: dynamic batch].")
+@click.option("--probe", is_flag=True, help="Also output each layer's top-k expert indices (routing checks).")
+@click.option("--precision", "precisions", default="fp32", show_default=True,
+              help="Comma-separated: fp32, fp16, int8.")
+@click.option("--calib-data", default=None,
+              help="Dataset for INT8 calibration [default: the checkpoint's, or mnist5k].")
+@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@user_errors
+def export(checkpoint, size, num_classes, out, opset, batch, probe, precisions, calib_data, calib_n, data_root):
+    """Export to ONNX through `to_deploy` (static-shape MoE), check it against PyTorch, make fp16/INT8 variants.
+
+    Each .onnx gets a .onnx.json sidecar with its provenance.
+    """
+    from pathlib import Path
+
+    from .export import export_onnx, load_for_export
+    from .precision import to_fp16, to_int8
+
+    wanted = [p.strip() for p in precisions.split(",") if p.strip()]
+    bad = [p for p in wanted if p not in ("fp32", "fp16", "int8")]
+    if bad or not wanted:
+        raise click.ClickException(f"--precision {precisions!r}: choose from fp32, fp16, int8")
+    if size is not None:
+        _size(None, None, size)
+        size = size.lower()
+    model, info = load_for_export(checkpoint, size, num_classes)
+    if info["random_weights"]:
+        click.echo("warning: no --checkpoint, the weights are RANDOM: fine for latency, meaningless for accuracy",
+                   err=True)
+    out = Path(out)
+    rec = export_onnx(model, out, info, opset=opset, batch=batch, probe=probe)
+    click.echo(f"{out}: fp32, opset {opset}, batch {rec['batch']}, ONNX Runtime vs PyTorch max abs error "
+               f"{rec['parity']['max_abs_err']:.2e}")
+    stem = out.with_suffix("")
+    if "fp16" in wanted:
+        to_fp16(out, f"{stem}.fp16.onnx")
+        click.echo(f"{stem}.fp16.onnx: fp16 (LayerNorm, softmax, router, head in fp32)")
+    if "int8" in wanted:
+        calib, calib_info = _calibration_images(calib_data or info["preprocess"]["dataset"] or "mnist5k", calib_n,
+                                                data_root)
+        to_int8(out, f"{stem}.int8.onnx", calib, calib_info)
+        click.echo(f"{stem}.int8.onnx: INT8 QDQ calibrated on {len(calib)} images of {calib_info['name']}")
+
+
+@main.command("check")
+@click.argument("onnx_path", type=click.Path(dir_okay=False))
+@click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")
+@click.option("--json", "as_json", is_flag=True)
+@user_errors
+def check_cmd(onnx_path: str, no_build: bool, as_json: bool) -> None:
+    """TensorRT compatibility report: denied ops, static shapes, TopK limits, and a real TensorRT(-RTX)
+    parse and strongly typed engine build where one is installed. Exits non-zero when not buildable."""
+    from dataclasses import asdict
+
+    from .graph_check import check, format_report
+
+    rep = check(onnx_path, build=not no_build)
+    click.echo(json.dumps({**asdict(rep), "ok": rep.ok}, indent=2) if as_json else format_report(rep))
+    if not rep.ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ class SwiGLUExperts(nn.Module):
         """
         z = F.silu(self._in_proj(x, self.w, self.b)) * self._in_proj(x, self.v, self.c)  # (T, E|1, H)
         if self.w2.shape[0] == 1:
-            mixed = z[:, 0] if z.shape[1] == 1 else torch.einsum("te,teh->th", gates, z)  # (T, H)
+            # (T, 1, E) @ (T, E, H): a batched MatMul, which every exporter and TensorRT take as is
+            mixed = z[:, 0] if z.shape[1] == 1 else (gates.unsqueeze(1) @ z).squeeze(1)  # (T, H)
             return mixed @ self.w2[0] + self.d[0]
         z = gates.unsqueeze(-1) * z.expand(-1, self.experts, -1)  # (T, E, H)
         return z.reshape(-1, self.experts * self.hidden) @ self.w2.view(-1, self.dim) + gates @ self.d
