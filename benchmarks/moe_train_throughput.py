@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from mlit_edge.model import create_model
+from mlit_edge.moe import MoE
 
 
 def step_time(model, opt, x, y, sparse: bool) -> float:
@@ -30,6 +31,36 @@ def step_time(model, opt, x, y, sparse: bool) -> float:
     loss.backward()
     opt.step()
     return time.perf_counter() - start
+
+
+def layer_step_time(moe: MoE, x: torch.Tensor, sparse: bool) -> float:
+    """Forward and backward of one MoE layer alone (training mode, noisy gate)."""
+    start = time.perf_counter()
+    y, routing = moe(x, sparse=sparse)
+    (y.square().mean() + routing.loss).backward()
+    return time.perf_counter() - start
+
+
+def bench_layers(cfg, batch: int, rounds: int, steps: int, device) -> list[dict]:
+    """The MoE layers of the model alone, one per expert count (3, 4, 5), side by side."""
+    rows = []
+    seen = set()
+    for hidden, experts in zip(cfg.hidden_sizes(), cfg.experts_per_layer()):
+        if experts in seen:
+            continue
+        seen.add(experts)
+        moe = MoE(cfg.dim, hidden, experts, cfg.top_k, cfg.shared).to(device).train()
+        x = torch.randn(batch, cfg.num_tokens, cfg.dim, device=device)
+        times = {False: [], True: []}
+        for sparse in (False, True):
+            layer_step_time(moe, x, sparse)
+        for _ in range(rounds):
+            for sparse in (False, True):
+                times[sparse] += [layer_step_time(moe, x, sparse) for _ in range(steps)]
+        dense_t, sparse_t = statistics.median(times[False]), statistics.median(times[True])
+        rows.append({"hidden": hidden, "experts": experts, "dense_ms": dense_t * 1e3, "dispatch_ms": sparse_t * 1e3,
+                     "speedup": sparse_t / dense_t})
+    return rows
 
 
 def main() -> None:
@@ -71,11 +102,16 @@ def main() -> None:
     for name, r in rows.items():
         print(f"  {name:<22} {r['img_per_s']:8.1f} img/s   {r['median_step_s'] * 1e3:8.1f} ms/step")
     print(f"  speed-up of the dense MoE: {ratio:.2f}x")
+    layers = bench_layers(base.cfg, args.batch, args.rounds, args.steps, device)
+    print(f"MoE layer alone (forward + backward, {args.batch}x{base.cfg.num_tokens} tokens, median)")
+    for r in layers:
+        print(f"  hidden {r['hidden']:>3}, {r['experts']} experts: dense {r['dense_ms']:7.1f} ms, per-expert dispatch "
+              f"{r['dispatch_ms']:7.1f} ms, speed-up {r['speedup']:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"size": args.size, "batch": args.batch, "device": str(device), "torch": torch.__version__,
                        "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                       "results": rows, "speedup": ratio}, f, indent=2)
+                       "results": rows, "speedup": ratio, "layers": layers}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import click
 from . import __version__
 from .config import SIZES, MLiTConfig
 
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, RuntimeError, TypeError)
+USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -233,17 +233,17 @@ def eval_(ckpt_path: str, data: str | None, data_root: str, split: str, batch_si
             click.echo(f"  layer {i}: expert shares " + " ".join(f"{v:.2f}" for v in row))
 
 
-def _calibration_images(data: str, n: int, data_root: str, seed: int = 0):
-    """A seeded random subset of a dataset's train split, preprocessed as the model expects."""
+def _dataset_images(data: str, split: str, n: int, data_root: str, seed: int = 0):
+    """A seeded random subset of a dataset split, preprocessed as the model expects, and its description."""
     import numpy as np
 
     from .data import load_dataset
     from .preprocess import normalize
 
-    ds = load_dataset(data, "train", data_root)
+    ds = load_dataset(data, split, data_root)
     idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))])
     images = ds.images[idx].permute(0, 2, 3, 1).numpy()  # (N, S, S, 3) uint8, already resized
-    return normalize(images, ds.mean, ds.std), {"name": ds.name, "split": "train", "seed": seed,
+    return normalize(images, ds.mean, ds.std), {"name": ds.name, "split": split, "seed": seed,
                                                  "indices_sha256": hashlib.sha256(idx.tobytes()).hexdigest()}
 
 
@@ -273,7 +273,7 @@ def export(checkpoint, size, num_classes, out, opset, batch, probe, precisions, 
     """
     from pathlib import Path
 
-    from .export import export_onnx, load_for_export
+    from .export import export_onnx, load_for_export, variant_parity
     from .precision import to_fp16, to_int8
 
     wanted = [p.strip() for p in precisions.split(",") if p.strip()]
@@ -292,14 +292,23 @@ def export(checkpoint, size, num_classes, out, opset, batch, probe, precisions, 
     click.echo(f"{out}: fp32, opset {opset}, batch {rec['batch']}, ONNX Runtime vs PyTorch max abs error "
                f"{rec['parity']['max_abs_err']:.2e}")
     stem = out.with_suffix("")
-    if "fp16" in wanted:
-        to_fp16(out, f"{stem}.fp16.onnx")
-        click.echo(f"{stem}.fp16.onnx: fp16 (LayerNorm, softmax, router, head in fp32)")
-    if "int8" in wanted:
-        calib, calib_info = _calibration_images(calib_data or info["preprocess"]["dataset"] or "mnist5k", calib_n,
-                                                data_root)
-        to_int8(out, f"{stem}.int8.onnx", calib, calib_info)
-        click.echo(f"{stem}.int8.onnx: INT8 QDQ calibrated on {len(calib)} images of {calib_info['name']}")
+    variants = [p for p in ("fp16", "int8") if p in wanted]
+    if not variants:
+        return
+    data = calib_data or info["preprocess"]["dataset"] or "mnist5k"
+    calib, calib_info = _dataset_images(data, "train", calib_n, data_root)
+    held_out, _ = _dataset_images(data, "test", 1000, data_root)
+    for precision in variants:
+        path = Path(f"{stem}.{precision}.onnx")
+        if precision == "fp16":
+            to_fp16(out, path)
+        else:
+            to_int8(out, path, calib, calib_info)
+        parity = variant_parity(path, model, held_out)
+        what = ("LayerNorm, softmax, router, head in fp32" if precision == "fp16" else
+                f"QDQ calibrated on {len(calib)} images of {calib_info['name']}")
+        click.echo(f"{path}: {precision} ({what}); vs PyTorch on {parity['images']} held-out images: top-1 agreement "
+                   f"{parity['top1_agreement']:.4f}, max abs error {parity['max_abs_err']:.2e}")
 
 
 @main.command("check")

@@ -119,3 +119,19 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
                            f"(limit {PARITY_TOL:.0e}), routing equal: {routing_equal}")
     return {"max_abs_err": worst, "batches": sizes, "routing_equal": routing_equal if probe else None,
             "reference": "eval-mode PyTorch model, fp32"}
+
+
+def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:
+    """How an fp16/INT8 variant compares with the fp32 PyTorch model on real images: max and mean abs
+    logit error and top-1 agreement. Recorded in the variant's sidecar."""
+    from .sidecar import read_sidecar, user_fields
+
+    with OnnxRuntimeRunner(path) as run, TorchRunner(model, ["logits"]) as ref:
+        got, want = run.infer({INPUT: images})["logits"], ref.infer({INPUT: images})["logits"]
+    err = np.abs(got - want)
+    parity = {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
+              "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),
+              "reference": "eval-mode PyTorch model, fp32"}
+    write_sidecar(path, {**user_fields(read_sidecar(path)), "parity": parity})
+    return parity
+

@@ -16,7 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .sidecar import atomic_path, read_sidecar, sha256_file, write_sidecar
+from .sidecar import atomic_path, read_sidecar, sha256_file, user_fields, write_sidecar
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
 
@@ -77,11 +77,8 @@ def head_nodes(model) -> set[str]:
 
 
 def _derived_record(src: Path, precision: str, extra: dict) -> dict:
-    record = read_sidecar(src)
-    record.pop("sha256", None)
-    record.pop("bytes", None)
-    record.pop("artifact", None)
-    record.pop("parity", None)
+    record = user_fields(read_sidecar(src))
+    record.pop("parity", None)  # the fp32 export's figure; the variant gets its own
     return {**record, "precision": precision, "source_onnx": src.name, "source_onnx_sha256": sha256_file(src),
             **extra}
 

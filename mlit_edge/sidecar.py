@@ -71,6 +71,14 @@ def write_sidecar(artifact: str | Path, info: dict) -> Path:
     return path
 
 
+AUTO_FIELDS = ("format", "mlit_edge_version", "artifact", "sha256", "bytes")
+
+
+def user_fields(record: dict) -> dict:
+    """A sidecar record without the fields `write_sidecar` fills in itself (to derive a new record)."""
+    return {k: v for k, v in record.items() if k not in AUTO_FIELDS}
+
+
 def read_sidecar(artifact: str | Path, verify_hash: bool = True) -> dict:
     """The sidecar of `artifact`, checked to belong to it (sha256) unless `verify_hash` is off."""
     artifact = Path(artifact)
