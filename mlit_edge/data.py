@@ -91,7 +91,7 @@ def load_mnist5k(split: str) -> ImageSet:
 def _torchvision():
     try:
         import torchvision.datasets as tvd
-    except ImportError as e:  # noqa: F841
+    except ImportError:
         raise RuntimeError("this dataset is read through torchvision: pip install 'mlit-edge[train]'") from None
     return tvd
 

@@ -7,7 +7,7 @@ that runs K experts' three matrices per token.
 """
 from __future__ import annotations
 
-from .config import PAPER_PARAMS, SIZES, MLiTConfig
+from .config import PAPER_PARAMS, MLiTConfig
 from .model import MLiT, count_parameters
 
 
