@@ -7,7 +7,6 @@ eval-mode PyTorch model before it is declared done.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from .checkpoint import load_checkpoint, model_from_checkpoint
 from .config import get_config
 from .deploy import to_deploy
 from .model import MLiT
+from .quiet import quiet
 from .runners import OnnxRuntimeRunner, TorchRunner
 from .sidecar import atomic_path, sha256_file, write_sidecar
 
@@ -81,8 +81,7 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = 18, batch
     names = output_names(model.cfg.depth, probe)
     example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)
-    with atomic_path(out) as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with atomic_path(out) as tmp, quiet():
         program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
                                     input_names=[INPUT], output_names=names, verbose=False)
         proto = program.model_proto

@@ -16,6 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .quiet import quiet
 from .sidecar import atomic_path, read_sidecar, sha256_file, user_fields, write_sidecar
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
@@ -99,8 +100,9 @@ def to_fp16(src: str | Path, out: str | Path) -> dict:
     src, out = Path(src), Path(out)
     model = onnx.load(str(src))
     keep = router_nodes(model) | head_nodes(model) | {n.name for n in model.graph.node if n.op_type in FP32_OPS}
-    converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
-                                                 disable_shape_infer=False)
+    with quiet():
+        converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
+                                                     disable_shape_infer=False)
     _set_precision_meta(converted, "fp16")
     with atomic_path(out) as tmp:
         onnx.save(converted, str(tmp))
@@ -134,7 +136,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
     step = fixed.dim_value if fixed.HasField("dim_value") else batch
     batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
-    with atomic_path(out) as tmp:
+    with atomic_path(out) as tmp, quiet():
         quantize_static(str(src), str(tmp), _Reader(input_name, batches), quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=["MatMul", "Gemm", "Conv"], per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
