@@ -198,12 +198,10 @@ def finetune(init_from: str, **kw) -> None:
 def eval_(ckpt_path: str, data: str | None, data_root: str, split: str, batch_size: int, device: str,
           as_json: bool) -> None:
     """Top-1 accuracy, loss and per-layer expert utilisation of a checkpoint on a dataset split."""
-    import torch
-
     from .checkpoint import describe, load_checkpoint, model_from_checkpoint
     from .data import Loader, load_dataset
     from .fit import resolve_device
-    from .train import ExpertCounter
+    from .train import ExpertCounter, evaluate
 
     ckpt = load_checkpoint(ckpt_path, kind="mlit")
     dev = resolve_device(device)
@@ -213,21 +211,14 @@ def eval_(ckpt_path: str, data: str | None, data_root: str, split: str, batch_si
                                    f"{len(ckpt['data']['classes'])}")
     model = model_from_checkpoint(ckpt).to(dev).eval()
     counter = ExpertCounter(model.cfg.experts_per_layer())
-    correct = seen = 0
-    loss = 0.0
-    with torch.no_grad():
-        for x, y in Loader(ds, batch_size, train=False, device=dev):
-            logits, aux = model(x, return_aux=True)
-            counter.update(aux.experts)
-            loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(-1) == y).sum().item()
-            seen += len(y)
-    result = {"checkpoint": ckpt_path, "model": describe(ckpt), "data": ds.name, "split": split, "images": seen,
-              "top1": correct / seen, "loss": loss / seen, "experts": counter.fractions()}
+    metrics = evaluate(model, Loader(ds, batch_size, train=False, device=dev), counter=counter)
+    result = {"checkpoint": ckpt_path, "model": describe(ckpt), "data": ds.name, "split": split,
+              "images": metrics["images"], "top1": metrics["acc"], "loss": metrics["loss"],
+              "experts": counter.fractions()}
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        click.echo(f"{result['model']}\n{ds.name} {split}: top-1 {result['top1']:.4f} on {seen} images, "
+        click.echo(f"{result['model']}\n{ds.name} {split}: top-1 {result['top1']:.4f} on {result['images']} images, "
                    f"loss {result['loss']:.4f}")
         for i, row in enumerate(result["experts"]):
             click.echo(f"  layer {i}: expert shares " + " ".join(f"{v:.2f}" for v in row))

@@ -128,13 +128,17 @@ def train_one_epoch(model: nn.Module, loader: Loader, optimizer: torch.optim.Opt
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Loader, amp_dtype: torch.dtype | None = None) -> dict:
-    """Top-1 accuracy and cross-entropy of a classifier over `loader` (eval mode, no noise)."""
+def evaluate(model: nn.Module, loader: Loader, amp_dtype: torch.dtype | None = None,
+             counter: ExpertCounter | None = None) -> dict:
+    """Top-1 accuracy and cross-entropy of a classifier over `loader` (eval mode, no noise); routing is
+    counted into `counter` when one is given."""
     model.eval()
     correct, loss_sum, seen = 0, 0.0, 0
     for x, y in loader:
         with autocast(loader.device, amp_dtype):
-            logits = model(x)
+            logits, aux = model(x, return_aux=True)
+        if counter is not None:
+            counter.update(aux.experts)
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
         correct += (logits.argmax(-1) == y).sum().item()
         seen += len(y)
