@@ -1,6 +1,7 @@
 """DDP set-up under torchrun: NCCL on CUDA, gloo on CPU; rank 0 logs and writes checkpoints."""
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -51,5 +52,13 @@ def barrier(d: Dist) -> None:
 
 
 def shutdown(d: Dist) -> None:
+    """Leave the process group once every rank is done.
+
+    Release every DDP wrapper first. DDP sits in reference cycles, so the collector runs here: a
+    reducer that outlives its gloo process group makes the process abort at exit ("terminate
+    called without an active exception"), seen with torch 2.14.
+    """
     if d.enabled and dist.is_initialized():
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
