@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import sys
 import typing
@@ -224,20 +223,6 @@ def eval_(ckpt_path: str, data: str | None, data_root: str, split: str, batch_si
             click.echo(f"  layer {i}: expert shares " + " ".join(f"{v:.2f}" for v in row))
 
 
-def _dataset_images(data: str, split: str, n: int, data_root: str, seed: int = 0):
-    """A seeded random subset of a dataset split, preprocessed as the model expects, and its description."""
-    import numpy as np
-
-    from .data import load_dataset
-    from .preprocess import normalize
-
-    ds = load_dataset(data, split, data_root)
-    idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))])
-    images = ds.images[idx].permute(0, 2, 3, 1).numpy()  # (N, S, S, 3) uint8, already resized
-    return normalize(images, ds.mean, ds.std), {"name": ds.name, "split": split, "seed": seed,
-                                                 "indices_sha256": hashlib.sha256(idx.tobytes()).hexdigest()}
-
-
 @main.command()
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
               help="A trained mLiT checkpoint. Without it the weights are random (latency work only).")
@@ -254,7 +239,8 @@ def _dataset_images(data: str, split: str, n: int, data_root: str, seed: int = 0
               help="Comma-separated: fp32, fp16, int8.")
 @click.option("--calib-data", default=None,
               help="Dataset for INT8 calibration [default: the checkpoint's, or mnist5k].")
-@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Calibration images, stratified over the classes.")
 @click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
 @user_errors
 def export(checkpoint, size, num_classes, out, opset, batch, probe, precisions, calib_data, calib_n, data_root):
@@ -264,8 +250,10 @@ def export(checkpoint, size, num_classes, out, opset, batch, probe, precisions, 
     """
     from pathlib import Path
 
+    from .calibrate import Recipe, calibrate_int8, calibration_set
+    from .data import sample_images
     from .export import export_onnx, load_for_export, variant_parity
-    from .precision import to_fp16, to_int8
+    from .precision import to_fp16
 
     wanted = [p.strip() for p in precisions.split(",") if p.strip()]
     bad = [p for p in wanted if p not in ("fp32", "fp16", "int8")]
@@ -287,19 +275,109 @@ def export(checkpoint, size, num_classes, out, opset, batch, probe, precisions, 
     if not variants:
         return
     data = calib_data or info["preprocess"]["dataset"] or "mnist5k"
-    calib, calib_info = _dataset_images(data, "train", calib_n, data_root)
-    held_out, _ = _dataset_images(data, "test", 1000, data_root)
+    calib = calibration_set(Recipe(data, "train", calib_n), data_root) if "int8" in variants else None
+    held_out, _ = sample_images(data, "test", 1000, data_root)
     for precision in variants:
         path = Path(f"{stem}.{precision}.onnx")
         if precision == "fp16":
             to_fp16(out, path)
         else:
-            to_int8(out, path, calib, calib_info)
+            calibrate_int8(out, path, calib)
         parity = variant_parity(path, model, held_out)
         what = ("LayerNorm, softmax, router, head in fp32" if precision == "fp16" else
-                f"QDQ calibrated on {len(calib)} images of {calib_info['name']}")
+                f"QDQ calibrated on {calib.manifest['images']} images of {calib.manifest['dataset']}, stratified")
         click.echo(f"{path}: {precision} ({what}); vs PyTorch on {parity['images']} held-out images: top-1 agreement "
                    f"{parity['top1_agreement']:.4f}, max abs error {parity['max_abs_err']:.2e}")
+
+
+def _batch_triple(ctx: click.Context, param: click.Parameter, value: str | None):
+    if value is None:
+        return None
+    try:
+        lo, opt, hi = (int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected MIN,OPT,MAX, e.g. 1,8,64") from None
+    if not 1 <= lo <= opt <= hi:
+        raise click.BadParameter(f"{value!r}: need 1 <= MIN <= OPT <= MAX")
+    return lo, opt, hi
+
+
+@main.command()
+@click.option("--size", default=None, help="Model size s, xs or xxs [default: the checkpoint's, else xxs].")
+@click.option("--precision", default="fp16", show_default=True, type=click.Choice(["fp32", "fp16", "int8"]),
+              help="Carried by the ONNX: fp16 casts (norms, softmax, router, head stay fp32) or INT8 Q/DQ.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+              help="Trained mLiT checkpoint. Without it (and without --onnx) the weights are random.")
+@click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False), default=None,
+              help="Build from an exported ONNX (e.g. calibrated on the workstation, copied to the device).")
+@click.option("--target", default="auto", show_default=True,
+              type=click.Choice(["auto", "tensorrt", "tensorrt-rtx", "onnxruntime"]),
+              help="auto: TensorRT where it imports, else the ONNX for ONNX Runtime.")
+@click.option("--frontend", default="onnx", show_default=True, type=click.Choice(["onnx", "torch-tensorrt"]),
+              help="torch-tensorrt compiles to_deploy(model) with torch-tensorrt (CUDA workstations, fp32/fp16).")
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="A static batch size (static shapes everywhere, CUDA-graph friendly).")
+@click.option("--dynamic-batch", default=None, callback=_batch_triple,
+              help="MIN,OPT,MAX of the engine's batch profile [default: 1,8,64].")
+@click.option("--workspace", default=1.0, show_default=True, type=click.FloatRange(min=0.0625),
+              help="Builder memory-pool limit in GiB.")
+@click.option("--timing-cache", default=None, type=click.Path(dir_okay=False),
+              help="TensorRT timing cache: read if it exists, written after the build.")
+@click.option("--dla-core", default=None, type=click.IntRange(min=0),
+              help="Run on this DLA core with GPU fallback (Jetson Orin/Xavier).")
+@click.option("--calib-data", default=None,
+              help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
+                   "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k].")
+@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Calibration images, stratified over the classes.")
+@click.option("--calib-seed", default=0, show_default=True, type=int)
+@click.option("--calib-cache", default=None, type=click.Path(file_okay=False),
+              help="Calibration cache folder [default: ~/.cache/mlit-edge/calibration].")
+@click.option("--no-calib-cache", is_flag=True, help="Always recalibrate.")
+@click.option("--min-expert-tokens", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Warn when an expert gets fewer calibration tokens than this.")
+@click.option("--out", default="artifacts", show_default=True, type=click.Path(file_okay=False),
+              help="Output folder for the .onnx/.plan files and their .json sidecars.")
+@click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Head size for random weights.")
+@click.option("--opset", default=18, show_default=True, type=click.IntRange(18, 20))
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@click.option("--no-eval", is_flag=True, help="Skip the held-out top-1 measurement.")
+@click.option("--json", "as_json", is_flag=True, help="Print the artifact's sidecar as JSON at the end.")
+@user_errors
+def build(size, precision, checkpoint, onnx_path, target, frontend, batch, dynamic_batch, workspace, timing_cache,
+          dla_core, calib_data, calib_n, calib_seed, calib_cache, no_calib_cache, min_expert_tokens, out, num_classes,
+          opset, data_root, no_eval, as_json) -> None:
+    """Build a deployable artifact: a TensorRT .plan, or the ONNX for ONNX Runtime where TensorRT is absent.
+
+    \b
+    Examples:
+      mlit-edge build --size xxs --precision fp16                  # random weights, latency work
+      mlit-edge build --checkpoint runs/x/checkpoint.pt --precision int8 --target tensorrt-rtx
+      mlit-edge build --onnx mlit-xxs-int8.onnx --target tensorrt  # on the Jetson
+
+    Every artifact gets a .json sidecar: versions, device, flags, hashes, preprocessing, classes.
+    """
+    from .build import BuildRequest, run_build
+    from .calibrate import default_cache_dir
+
+    if size is not None:
+        size = _size(None, None, size)
+    if batch is not None and dynamic_batch is not None:
+        raise click.ClickException("give --batch or --dynamic-batch, not both")
+    req = BuildRequest(precision=precision, size=size, checkpoint=checkpoint, onnx=onnx_path, target=target,
+                       frontend=frontend, batch=batch, dynamic_batch=dynamic_batch or (1, 8, 64),
+                       workspace_gib=workspace, timing_cache=timing_cache, dla_core=dla_core, calib_data=calib_data,
+                       calib_n=calib_n, calib_seed=calib_seed,
+                       calib_cache=None if no_calib_cache else (calib_cache or str(default_cache_dir())),
+                       min_expert_tokens=min_expert_tokens, out=out, num_classes=num_classes, opset=opset,
+                       data_root=data_root, evaluate=not no_eval)
+    result = run_build(req, log=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record,
+                               "coverage": result.coverage}, indent=2))
+    else:
+        click.echo(str(result.artifact))
 
 
 @main.command("check")

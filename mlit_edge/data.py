@@ -229,3 +229,16 @@ class Loader:
                 x = self._augment(x, gen)
             x = (x.float() / 255.0 - self.mean) / self.std
             yield x, y.to(self.device, non_blocking=True)
+
+
+def sample_images(data: str, split: str, n: int, root: str | Path = "data", seed: int = 0) -> tuple[np.ndarray, dict]:
+    """A seeded random subset of a dataset split, preprocessed as the model expects, and its description."""
+    import hashlib
+
+    from .preprocess import normalize
+
+    ds = load_dataset(data, split, root)
+    idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))])
+    images = ds.images[idx].permute(0, 2, 3, 1).numpy()  # (N, S, S, 3) uint8, already resized
+    return normalize(images, ds.mean, ds.std), {"name": ds.name, "split": split, "seed": seed,
+                                                 "indices_sha256": hashlib.sha256(idx.tobytes()).hexdigest()}

@@ -7,7 +7,6 @@ the graph is also parsed and built for real (strongly typed), and the parser's o
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,36 +124,15 @@ def trt_module():
 def trt_build(path: str | Path, trt=None, max_batch: int = 64, workspace_gib: float = 1.0) -> dict:
     """Parse and build a strongly typed engine; returns layers, build time and engine size, or the
     parser's errors verbatim. Returns the serialized engine under "engine" when the build succeeds."""
+    from .engine import BuildOptions, build_serialized
+
     trt = trt or trt_module()
     if trt is None:
         raise RuntimeError("no TensorRT here: pip install 'mlit-edge[trt-check]' (TensorRT-RTX) or use JetPack's")
-    logger = trt.Logger(trt.Logger.ERROR)
-    builder = trt.Builder(logger)
-    flags = 0
-    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
-        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    start = time.perf_counter()
-    if not parser.parse_from_file(str(path)):
-        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-        return {"ok": False, "module": trt.__name__, "version": trt.__version__, "stage": "parse", "errors": errors}
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_gib * (1 << 30)))
-    inp = network.get_input(0)
-    if inp.shape[0] == -1:
-        profile = builder.create_optimization_profile()
-        rest = tuple(inp.shape)[1:]
-        profile.set_shape(inp.name, (1, *rest), (max(1, max_batch // 2), *rest), (max_batch, *rest))
-        config.add_optimization_profile(profile)
-    engine = builder.build_serialized_network(network, config)
-    seconds = time.perf_counter() - start
-    if engine is None:
-        return {"ok": False, "module": trt.__name__, "version": trt.__version__, "stage": "build",
-                "errors": ["build_serialized_network returned no engine (see the TensorRT log above)"]}
-    data = bytes(engine)
-    return {"ok": True, "module": trt.__name__, "version": trt.__version__, "layers": network.num_layers,
-            "build_s": round(seconds, 2), "engine_bytes": len(data), "engine": data}
+    result = build_serialized(path, trt, BuildOptions((1, max(1, max_batch // 2), max_batch), workspace_gib))
+    if result["ok"]:
+        result["engine_bytes"] = len(result["engine"])
+    return result
 
 
 def check(path: str | Path, build: bool = True) -> Report:
