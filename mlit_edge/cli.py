@@ -380,6 +380,74 @@ def build(size, precision, checkpoint, onnx_path, target, frontend, batch, dynam
         click.echo(str(result.artifact))
 
 
+def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated integers, e.g. 1,8,64") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter(f"{value!r}: batch sizes must be at least 1")
+    return out
+
+
+@main.command()
+@click.argument("artifacts", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--reference", default=None, type=click.Path(dir_okay=False),
+              help="PyTorch checkpoint to compare against [default: a .pt among ARTIFACTS, else the sidecar's].")
+@click.option("--data", default=None, help="Dataset name or ImageFolder path [default: the model's dataset].")
+@click.option("--split", default="test", show_default=True)
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Use only the first N images.")
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@click.option("--batch", "batches", default="1,8,64", show_default=True, callback=_int_list,
+              help="Comma-separated batch sizes to time.")
+@click.option("--warmup-ms", default=200.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--warmup-iters", default=10, show_default=True, type=click.IntRange(min=0))
+@click.option("--duration", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds of timed calls per artifact and batch.")
+@click.option("--iterations", default=None, type=click.IntRange(min=1), help="Time exactly N calls instead.")
+@click.option("--threads", default=None, type=click.IntRange(min=1), help="CPU threads (ONNX Runtime, torch).")
+@click.option("--ort-providers", default="cpu", show_default=True,
+              help="ONNX Runtime execution providers in order: cpu, cuda, tensorrt (where installed).")
+@click.option("--cuda-graph", is_flag=True, help="TensorRT: replay each batch as a captured CUDA graph.")
+@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the full report (with per-call samples) here.")
+@click.option("--plot", "plot_dir", default=None, type=click.Path(file_okay=False),
+              help="Write latency.png and accuracy_latency.png here.")
+@user_errors
+def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_ms, warmup_iters, duration,
+          iterations, threads, ort_providers, cuda_graph, json_path, plot_dir) -> None:
+    """Latency, memory, accuracy and fidelity of .plan/.onnx/.pt artifacts against the PyTorch reference.
+
+    \b
+    Example:
+      mlit-edge bench artifacts/*.onnx runs/x/checkpoint.pt --batch 1,8
+    """
+    from pathlib import Path
+
+    from .bench import ORT_PROVIDERS, BenchConfig, format_table, plot, run_bench
+    from .sidecar import atomic_path
+
+    names = [p.strip().lower() for p in ort_providers.split(",") if p.strip()]
+    unknown = [p for p in names if p not in ORT_PROVIDERS]
+    if unknown:
+        raise click.ClickException(f"--ort-providers: unknown {unknown}; choose from {', '.join(ORT_PROVIDERS)}")
+    if json_path and not Path(json_path).resolve().parent.is_dir():
+        raise click.ClickException(f"--json {json_path}: folder {Path(json_path).parent} does not exist")
+    cfg = BenchConfig(batches=batches, warmup_ms=warmup_ms, warmup_iters=warmup_iters,
+                      duration_s=None if iterations else duration, iterations=iterations, threads=threads,
+                      cuda_graph=cuda_graph, providers=[ORT_PROVIDERS[p] for p in names], data=data, split=split,
+                      limit=limit, data_root=data_root, reference=reference)
+    report = run_bench(list(artifacts), cfg, log=lambda line: click.echo(line, err=True))
+    click.echo(format_table(report))
+    if json_path:
+        with atomic_path(json_path) as tmp:
+            tmp.write_text(json.dumps(report, indent=1) + "\n")
+        click.echo(f"report: {json_path}", err=True)
+    if plot_dir:
+        for p in plot(report, plot_dir):
+            click.echo(f"plot: {p}", err=True)
+
+
 @main.command("check")
 @click.argument("onnx_path", type=click.Path(dir_okay=False))
 @click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")

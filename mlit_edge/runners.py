@@ -105,3 +105,136 @@ class OnnxRuntimeRunner(Runner):
     def infer(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = self.output_names
         return dict(zip(names, self.session.run(names, dict(feed))))
+
+
+def _ck(result):
+    """Unwrap a cuda-python call: raise on a non-zero status, return the value(s)."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA error {int(err)} ({err})")
+    return values[0] if len(values) == 1 else tuple(values) if values else None
+
+
+class TensorRTRunner(Runner):
+    """A `.plan` through TensorRT: buffers bound once per batch size, pinned host memory,
+    `execute_async_v3` on one stream, optionally replayed as a CUDA graph.
+
+    `load_engine` checks the plan (sha256, TensorRT version, GPU) before anything is deserialized.
+    After each `infer`, `last_gpu_ms` holds the GPU compute time of the engine alone (CUDA events),
+    apart from the copies that host latency includes. Needs `tensorrt` (or `tensorrt_rtx`) and
+    cuda-python.
+    """
+
+    name = "tensorrt"
+
+    def __init__(self, plan: str | Path, cuda_graph: bool = False) -> None:
+        self.plan, self.cuda_graph = Path(plan), cuda_graph
+        self.engine = self.context = self.stream = None
+        self.record: dict = {}
+        self._bufs: dict = {}
+        self._batch = None
+        self._graph = None
+        self.last_gpu_ms: float | None = None
+
+    def open(self) -> None:
+        from .engine import import_trt, load_engine
+
+        self.engine, self.record = load_engine(self.plan)
+        self.trt = import_trt(self.record.get("target", "tensorrt"))
+        try:
+            from cuda.bindings import runtime as cudart
+        except ImportError:
+            raise RuntimeError("the TensorRT runner needs cuda-python (pip install cuda-python)") from None
+        self.cudart = cudart
+        self.context = self.engine.create_execution_context()
+        self.stream = _ck(cudart.cudaStreamCreate())
+        self._events = (_ck(cudart.cudaEventCreate()), _ck(cudart.cudaEventCreate()))
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        mode = self.trt.TensorIOMode.INPUT
+        self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == mode]
+        self._outputs = [n for n in names if self.engine.get_tensor_mode(n) != mode]
+
+    @property
+    def output_names(self) -> list[str]:
+        return self._outputs
+
+    @property
+    def device_memory_bytes(self) -> int:
+        """Activation memory the engine asks for (weights are in the plan size)."""
+        for attr in ("device_memory_size_v2", "device_memory_size"):
+            if hasattr(self.engine, attr):
+                return int(getattr(self.engine, attr))
+        return 0
+
+    def _free(self) -> None:
+        cudart = self.cudart
+        if self._graph is not None:
+            _ck(cudart.cudaGraphExecDestroy(self._graph))
+            self._graph = None
+        for dptr, hptr, _ in self._bufs.values():
+            _ck(cudart.cudaFree(dptr))
+            _ck(cudart.cudaFreeHost(hptr))
+        self._bufs = {}
+
+    def _bind(self, batch: int) -> None:
+        import ctypes
+
+        cudart, trt = self.cudart, self.trt
+        self._free()
+        for name in self.inputs:
+            shape = list(self.engine.get_tensor_shape(name))
+            shape[0] = batch
+            if not self.context.set_input_shape(name, shape):
+                raise ValueError(f"batch {batch} is outside the engine's optimisation profile "
+                                 f"{self.record.get('engine', {}).get('flags', {}).get('profile')}")
+        for name in self.inputs + self._outputs:
+            shape = tuple(self.context.get_tensor_shape(name))
+            dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            dptr = _ck(cudart.cudaMalloc(nbytes))
+            hptr = _ck(cudart.cudaMallocHost(nbytes))  # pinned: async copies without a staging copy
+            host = np.frombuffer((ctypes.c_byte * nbytes).from_address(hptr), dtype=dtype).reshape(shape)
+            self.context.set_tensor_address(name, dptr)
+            self._bufs[name] = (dptr, hptr, host)
+        self._batch = batch
+        if self.cuda_graph:
+            self.context.execute_async_v3(self.stream)  # one plain run first: TensorRT may allocate lazily
+            _ck(cudart.cudaStreamSynchronize(self.stream))
+            _ck(cudart.cudaStreamBeginCapture(self.stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+            self.context.execute_async_v3(self.stream)
+            graph = _ck(cudart.cudaStreamEndCapture(self.stream))
+            self._graph = _ck(cudart.cudaGraphInstantiate(graph, 0))
+            _ck(cudart.cudaGraphDestroy(graph))
+
+    def infer(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        cudart = self.cudart
+        batch = len(next(iter(feed.values())))
+        if batch != self._batch:
+            self._bind(batch)
+        h2d, d2h = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        for name in self.inputs:
+            dptr, hptr, host = self._bufs[name]
+            np.copyto(host, feed[name] if name in feed else next(iter(feed.values())), casting="same_kind")
+            _ck(cudart.cudaMemcpyAsync(dptr, hptr, host.nbytes, h2d, self.stream))
+        start, stop = self._events
+        _ck(cudart.cudaEventRecord(start, self.stream))
+        if self._graph is not None:
+            _ck(cudart.cudaGraphLaunch(self._graph, self.stream))
+        elif not self.context.execute_async_v3(self.stream):
+            raise RuntimeError("TensorRT execute_async_v3 failed")
+        _ck(cudart.cudaEventRecord(stop, self.stream))
+        for name in self._outputs:
+            dptr, hptr, host = self._bufs[name]
+            _ck(cudart.cudaMemcpyAsync(hptr, dptr, host.nbytes, d2h, self.stream))
+        _ck(cudart.cudaStreamSynchronize(self.stream))
+        self.last_gpu_ms = float(_ck(cudart.cudaEventElapsedTime(start, stop)))
+        return {name: self._bufs[name][2].copy() for name in self._outputs}
+
+    def close(self) -> None:
+        if self.context is None:
+            return
+        self._free()
+        for ev in self._events:
+            self.cudart.cudaEventDestroy(ev)
+        self.cudart.cudaStreamDestroy(self.stream)
+        self.context = self.engine = None
