@@ -13,6 +13,7 @@ artifacts have their routing recovered from their own TopK nodes, so every ONNX 
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from .runners import OnnxRuntimeRunner, Runner
 
 PERCENTILES = (50, 90, 95, 99)
 SCHEMA = "mlit-edge-bench/1"
+PLAN_SUFFIXES = (".plan", ".engine", ".trt")
 ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 
 
@@ -236,7 +238,7 @@ def open_artifact(path: str | Path, threads: int | None = None, providers: list[
     before = rss_mb()
     nv_before = nvmap_mb()
     suffix = path.suffix.lower()
-    if suffix in (".plan", ".engine", ".trt"):
+    if suffix in PLAN_SUFFIXES:
         from .runners import TensorRTRunner
 
         runner = TensorRTRunner(path, cuda_graph=cuda_graph)
@@ -392,16 +394,15 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
     for p in paths:
         if not Path(p).exists():
             raise FileNotFoundError(f"{p} does not exist")
-    arts = [open_artifact(p, cfg.threads, cfg.providers, cfg.cuda_graph) for p in paths]
-    reference = None
-    ref_path = cfg.reference or next((str(a.path) for a in arts if a.format == "torch"), None) or next(
-        (a.record.get("checkpoint") for a in arts if a.record.get("checkpoint")
-         and Path(a.record["checkpoint"]).is_file()), None)
-    if ref_path:
-        reference = next((a for a in arts if str(a.path) == str(ref_path)), None) or open_artifact(
-            ref_path, cfg.threads)
-    meta_src = reference or arts[0]
-    data = cfg.data or (meta_src.record.get("preprocess") or {}).get("dataset")
+    for p in paths:  # refuse unrunnable engines before measuring anything
+        if Path(p).suffix.lower() in PLAN_SUFFIXES:
+            from .engine import verify_plan
+
+            verify_plan(p)
+    ref_path = cfg.reference or next((p for p in paths if Path(p).suffix.lower() in (".pt", ".pth")), None) or next(
+        (r["checkpoint"] for r in map(_peek, paths) if r.get("checkpoint") and Path(r["checkpoint"]).is_file()), None)
+    data = cfg.data or next((r["preprocess"]["dataset"] for r in map(_peek, [p for p in [ref_path, *paths] if p])
+                             if (r.get("preprocess") or {}).get("dataset")), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "environment": environment(cfg.threads), "harness_overhead": harness_overhead(),
               "config": {"batches": list(cfg.batches), "warmup_ms": cfg.warmup_ms, "warmup_iters": cfg.warmup_iters,
@@ -413,16 +414,21 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
         images, labels, data_name = _eval_images(data, cfg.split, cfg.data_root, cfg.limit)
         report["config"]["data"] = data_name
         report["config"]["images"] = int(len(labels))
-        if reference is not None:
+        if ref_path:
+            reference = open_artifact(ref_path, cfg.threads)
             ref_logits, ref_routes = _outputs(reference, images)
+            _close(reference)
     else:
         log("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
     rng = np.random.default_rng(0)
-    for art in arts:
+    for path in paths:  # one artifact at a time, so each memory figure is its own
+        art = open_artifact(path, cfg.threads, cfg.providers, cfg.cuda_graph)
+        base = rss_mb() - art.load_rss_mb
         entry = {"artifact": str(art.path), "label": art.label, "format": art.format, "precision": art.precision,
                  "size_mb": art.path.stat().st_size / 2 ** 20, "load_rss_mb": art.load_rss_mb,
                  "device_mb": art.device_mb, "notes": art.notes, "accuracy": None, "latency": {}}
         if images is not None:
+            log(f"accuracy {art.label} on {len(images)} images ...")
             logits, routes = _outputs(art, images)
             acc = {"images": int(len(labels)), "top1": float((logits.argmax(1) == labels).mean())}
             if ref_logits is not None:
@@ -430,8 +436,9 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
                 if routes and ref_routes and len(routes) == len(ref_routes):
                     acc["routing_agreement"] = routing_agreement(routes, ref_routes)
             entry["accuracy"] = acc
-        if art.routing_runner is not None and art.routing_runner is not art.runner:
-            art.routing_runner.close()
+        if art.routing_runner is not None:
+            art.routing_runner.close()  # the timing runner's memory is measured without it
+            gc.collect()
         name = _input_name(art.runner)
         fixed = _static_batch(art.runner)
         for b in cfg.batches:
@@ -448,12 +455,39 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
             except ValueError as e:  # e.g. a batch outside a TensorRT profile
                 entry["notes"].append(f"batch {b}: {e}")
                 continue
+            stats["run_rss_mb"] = rss_mb() - base  # what this artifact holds after running this batch
             stats["peak_rss_mb"] = peak_rss_mb()
             entry["latency"][str(b)] = stats
             report["rows"].append(_row(entry, b, stats))
-        art.runner.close()
+        _close(art)
         report["artifacts"].append(entry)
     return report
+
+
+def _close(art: Artifact) -> None:
+    for r in (art.runner, art.routing_runner):
+        if r is not None:
+            r.close()
+    gc.collect()
+
+
+def _peek(path: str) -> dict:
+    """An artifact's sidecar record without opening it ({} when it has none)."""
+    p = Path(path)
+    if p.suffix.lower() in (".pt", ".pth"):
+        import torch
+
+        try:
+            ckpt = torch.load(p, map_location="cpu", weights_only=True)
+            return {"checkpoint": str(p), "preprocess": {"dataset": ckpt["data"]["name"]}}
+        except Exception:  # a bad checkpoint is reported when it is opened
+            return {}
+    from .sidecar import read_sidecar
+
+    try:
+        return read_sidecar(p, verify_hash=False)
+    except (OSError, ValueError):
+        return {}
 
 
 def _row(entry: dict, batch: int, stats: dict) -> dict:
@@ -464,13 +498,13 @@ def _row(entry: dict, batch: int, stats: dict) -> dict:
             "agreement": acc.get("agreement"), "routing_agreement": (min(ra) if ra else None),
             "p50_ms": stats["median"], "p99_ms": stats["p99"], "fps": stats["throughput"],
             "gpu_p50_ms": (stats.get("gpu_compute") or {}).get("median"),
-            "rss_mb": stats["peak_rss_mb"], "load_rss_mb": entry["load_rss_mb"]}
+            "run_rss_mb": stats["run_rss_mb"], "load_rss_mb": entry["load_rss_mb"], "device_mb": entry["device_mb"]}
 
 
 def format_table(report: dict) -> str:
     """One row per artifact x batch."""
     head = ["artifact", "format", "prec", "batch", "MB", "top-1", "Δ torch", "agree", "route", "p50 ms", "p99 ms",
-            "FPS", "RSS MB"]
+            "FPS", "RSS MB load/run"]
     rows = []
 
     def f(v, fmt):
@@ -481,7 +515,7 @@ def format_table(report: dict) -> str:
                      f(r["top1"], ".4f"), "-" if r["top1_delta"] is None else f"{100 * r['top1_delta']:+.2f}pt",
                      f(r["agreement"], ".4f"), f(r["routing_agreement"], ".4f"), f(r["p50_ms"], ".3f"),
                      f(r["p99_ms"], ".3f"), f(r["fps"], ".0f"),
-                     f"{r['rss_mb']:.0f} (+{r['load_rss_mb']:.0f})"])
+                     f"+{r['load_rss_mb']:.0f} / +{r['run_rss_mb']:.0f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
     lines += ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
@@ -492,7 +526,11 @@ def format_table(report: dict) -> str:
                  f"{cfg.get('reference') or 'none'}; route = worst layer's top-k agreement with the reference")
     lines.append(f"host: {env['cpu']}, {env['threads'] or 'default'} threads; harness overhead "
                  f"{ho['median_us']:.1f} µs/call (median)")
+    lines.append("RSS MB load/run: resident memory the artifact added when loaded / holds after its timed runs "
+                 "(process peak in the JSON)")
     for a in report["artifacts"]:
+        if a.get("device_mb") is not None:
+            lines.append(f"device memory: {a['label']}: {a['device_mb']:.1f} MB")
         lines += [f"note: {a['label']}: {n}" for n in a["notes"]]
     return "\n".join(lines)
 

@@ -103,6 +103,21 @@ def _clean_stale_temps(out: Path, stem: str) -> int:
     return len(stale)
 
 
+def _reusable(fp32: Path, info: dict, req: BuildRequest) -> bool:
+    """An fp32 export already in place from the same checkpoint, opset, batch and mlit-edge version."""
+    from . import __version__
+
+    if not info.get("checkpoint_sha256") or not fp32.is_file():
+        return False
+    try:
+        rec = read_sidecar(fp32)
+    except (OSError, ValueError):
+        return False
+    return (rec.get("checkpoint_sha256") == info["checkpoint_sha256"] and rec.get("opset") == req.opset
+            and rec.get("batch") == (req.batch or "dynamic") and rec.get("probe") is False
+            and rec.get("mlit_edge_version") == __version__ and (rec.get("parity") or {}).get("max_abs_err") is not None)
+
+
 def _recipe(req: BuildRequest, model_dataset: str | None) -> Recipe:
     if req.calib_data and req.calib_data.endswith(".json"):
         return load_recipe(req.calib_data)
@@ -210,9 +225,13 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
         log(f"[1/4] source ONNX {src} ({src_precision})")
     else:
         fp32 = out / f"{stem}-fp32.onnx"
-        log(f"[1/4] export {fp32} (opset {req.opset}, batch {req.batch or 'dynamic'}) and check it against PyTorch")
-        rec = export_onnx(model, fp32, info, opset=req.opset, batch=req.batch)
-        log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
+        if _reusable(fp32, info, req):
+            log(f"[1/4] reusing {fp32}: same checkpoint, opset and batch, checked against PyTorch when written")
+        else:
+            log(f"[1/4] export {fp32} (opset {req.opset}, batch {req.batch or 'dynamic'}) and check it against "
+                "PyTorch")
+            rec = export_onnx(model, fp32, info, opset=req.opset, batch=req.batch)
+            log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
 
     # 2. the precision variant
     coverage, reused = None, None

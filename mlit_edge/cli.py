@@ -448,6 +448,31 @@ def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_m
             click.echo(f"plot: {p}", err=True)
 
 
+@main.command()
+@click.option("--out", default="quickstart", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the run, the artifacts and bench.json.")
+@SIZE
+@click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--batch", "batches", default="1,8", show_default=True, callback=_int_list,
+              help="Batch sizes to time.")
+@click.option("--duration", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds of timed calls per artifact and batch.")
+@click.option("--no-progress", is_flag=True)
+@user_errors
+def quickstart(out, size, epochs, batch_size, lr, batches, duration, no_progress) -> None:
+    """The whole chain in one command on the embedded digits: train briefly, build fp32/fp16/int8, bench
+    them against the PyTorch checkpoint and print the comparison table."""
+    from .calibrate import default_cache_dir
+    from .quickstart import format_table, run_quickstart
+
+    report = run_quickstart(out, size, epochs, batch_size, lr, batches, duration, progress=not no_progress,
+                            calib_cache=str(default_cache_dir()), log=lambda line: click.echo(line, err=True))
+    click.echo(format_table(report))
+    click.echo(f"report: {out}/bench.json", err=True)
+
+
 @main.command("check")
 @click.argument("onnx_path", type=click.Path(dir_okay=False))
 @click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")

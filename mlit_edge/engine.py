@@ -247,12 +247,9 @@ def check_compatible(record: dict, env: DeviceEnv) -> None:
                           f"{rebuild_hint(record)}")
 
 
-def load_engine(plan: str | Path, env: DeviceEnv | None = None):
-    """Verify the plan (sha256, TensorRT version, GPU) and only then deserialize it.
-
-    Returns (engine, sidecar record). Every refusal is an EngineError or FileNotFoundError with one
-    line that says what to do.
-    """
+def verify_plan(plan: str | Path, env: DeviceEnv | None = None) -> dict:
+    """The plan's sidecar record once the plan is proven intact and runnable here (nothing is
+    deserialized). Every refusal is an EngineError or FileNotFoundError with one line."""
     plan = Path(plan)
     if not plan.is_file():
         raise FileNotFoundError(f"{plan} does not exist")
@@ -263,12 +260,19 @@ def load_engine(plan: str | Path, env: DeviceEnv | None = None):
     if record.get("kind") != "tensorrt-engine":
         raise EngineError(f"{plan}: its sidecar describes a {record.get('kind', 'non-engine')} artifact, not a "
                           "TensorRT engine")
-    target = record.get("target", "tensorrt")
-    env = env or local_env(target)
-    check_compatible(record, env)
-    trt = import_trt(target)
+    check_compatible(record, env or local_env(record.get("target", "tensorrt")))
+    return record
+
+
+def load_engine(plan: str | Path, env: DeviceEnv | None = None):
+    """Verify the plan (sha256, TensorRT version, GPU) and only then deserialize it.
+
+    Returns (engine, sidecar record).
+    """
+    record = verify_plan(plan, env)
+    trt = import_trt(record.get("target", "tensorrt"))
     runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
-    engine = runtime.deserialize_cuda_engine(plan.read_bytes())
+    engine = runtime.deserialize_cuda_engine(Path(plan).read_bytes())
     if engine is None:
         raise EngineError(f"TensorRT could not deserialize {plan}; {rebuild_hint(record)}")
     return engine, record

@@ -127,7 +127,8 @@ def test_report_schema_through_the_cli(trio, tmp_path):
     assert r["config"]["images"] == 32 and r["config"]["batches"] == [1, 2]
     assert len(r["rows"]) == 4 and len(r["artifacts"]) == 2
     row_keys = {"artifact", "format", "precision", "batch", "size_mb", "top1", "top1_delta", "agreement",
-                "routing_agreement", "p50_ms", "p99_ms", "fps", "rss_mb", "load_rss_mb", "gpu_p50_ms"}
+                "routing_agreement", "p50_ms", "p99_ms", "fps", "run_rss_mb", "load_rss_mb", "gpu_p50_ms",
+                "device_mb"}
     for row in r["rows"]:
         assert set(row) == row_keys
         assert row["p99_ms"] >= row["p50_ms"] > 0 and row["fps"] > 0 and 0 <= row["top1"] <= 1

@@ -1,0 +1,56 @@
+"""`mlit-edge quickstart`: the whole chain on the embedded digits, on a CPU, in minutes.
+
+Train mLiT briefly -> build fp32, fp16 and INT8 artifacts for ONNX Runtime (TensorRT where it
+imports) -> bench them side by side against the PyTorch checkpoint. Re-running it continues an
+unfinished training run and rebuilds the artifacts (the INT8 calibration comes from the cache).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .bench import format_table
+from .build import BuildRequest, run_build
+
+
+def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: int = 4, batch_size: int = 32,
+                   lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 1.0,
+                   progress: bool = True, calib_cache: str | None = None,
+                   log: Callable[[str], None] = print) -> dict:
+    """Run the chain; returns the bench report (also written to OUT/bench.json, with per-call samples)."""
+    import torch
+
+    from .fit import RunConfig, fit
+
+    out = Path(out)
+    run_dir = out / "run"
+    ckpt = run_dir / "checkpoint.pt"
+    done = ckpt.is_file() and torch.load(ckpt, weights_only=True, map_location="cpu").get("epoch") == epochs
+    if done:
+        log(f"== 1/3 train: {ckpt} already holds {epochs} epochs, reusing it")
+    else:
+        log(f"== 1/3 train mLiT-{size.upper()} on the embedded MNIST digits for {epochs} epochs (CPU is fine)")
+        fit(RunConfig(task="train", size=size, data="mnist5k", out=str(run_dir), epochs=epochs, batch_size=batch_size,
+                      lr=lr, resume=ckpt.is_file(), progress=progress), log=log)
+    artifacts = []
+    for precision in ("fp32", "fp16", "int8"):
+        log(f"== 2/3 build {precision}")
+        result = run_build(BuildRequest(precision=precision, checkpoint=str(ckpt), out=str(out / "artifacts"),
+                                        calib_cache=calib_cache), log=log)
+        artifacts.append(str(result.artifact))
+    log("== 3/3 bench the artifacts against the PyTorch checkpoint (in a fresh process, so memory figures "
+        "are the bench's own)")
+    report_path = out / "bench.json"
+    cmd = [sys.executable, "-m", "mlit_edge.cli", "bench", *artifacts, str(ckpt), "--batch",
+           ",".join(map(str, batches)), "--duration", str(duration_s), "--json", str(report_path)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the bench step failed (exit {proc.returncode}); rerun it alone: {' '.join(cmd)}")
+    report = json.loads(report_path.read_text())
+    return report
+
+
+__all__ = ["format_table", "run_quickstart"]
