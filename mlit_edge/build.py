@@ -8,6 +8,7 @@ artifact under a final name.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,14 @@ def _clean_stale_temps(out: Path, stem: str) -> int:
     return len(stale)
 
 
+def _has_torch() -> bool:
+    """Datasets load through torch; a device installs the runtime without it."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _reusable(fp32: Path, info: dict, req: BuildRequest) -> bool:
     """An fp32 export already in place from the same checkpoint, opset, batch and mlit-edge version."""
     from . import __version__
@@ -170,10 +179,11 @@ def _source_precision(path: Path) -> tuple[str, dict]:
 
 
 def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildResult:
-    """Run the whole build; `log` gets progress lines and warnings."""
-    from .export import export_onnx, load_for_export, variant_parity
-    from .precision import to_fp16
+    """Run the whole build; `log` gets progress lines and warnings.
 
+    From `--onnx` with the precision it already carries (the device-side flow) this needs neither
+    torch nor the onnx package: only the sidecar, TensorRT and numpy.
+    """
     if req.precision not in PRECISIONS:
         raise ValueError(f"--precision {req.precision!r}: choose from {', '.join(PRECISIONS)}")
     if req.frontend not in FRONTENDS:
@@ -210,6 +220,8 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
         if src_record.get("random_weights"):
             log(RANDOM_WARNING)
     else:
+        from .export import load_for_export
+
         model, info = load_for_export(req.checkpoint, req.size or (None if req.checkpoint else "xxs"),
                                       req.num_classes)
         size, src_precision, src_record = info["model"]["size"], "fp32", info
@@ -230,6 +242,8 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
         else:
             log(f"[1/4] export {fp32} (opset {req.opset}, batch {req.batch or 'dynamic'}) and check it against "
                 "PyTorch")
+            from .export import export_onnx
+
             rec = export_onnx(model, fp32, info, opset=req.opset, batch=req.batch)
             log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
 
@@ -244,6 +258,8 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
     else:
         final = out / f"{stem}-{req.precision}.onnx"
         if req.precision == "fp16":
+            from .precision import to_fp16
+
             log(f"[2/4] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
             to_fp16(fp32, final)
         else:
@@ -264,20 +280,22 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
     extra = {}
     if model is not None and final != fp32:
         from .data import sample_images
+        from .export import variant_parity
 
         held_out, _ = sample_images(record["preprocess"].get("dataset") or "mnist5k", "test", 1000, req.data_root)
         parity = variant_parity(final, model, held_out)
         log(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement {parity['top1_agreement']:.4f}, "
             f"max abs logit error {parity['max_abs_err']:.2e}")
     dataset = (record.get("preprocess") or {}).get("dataset")
-    if req.evaluate and dataset and not record.get("random_weights"):
+    if req.evaluate and dataset and not record.get("random_weights") and _has_torch():
         acc = evaluate_onnx(final, dataset, "test", req.data_root)
         extra["accuracy"] = acc
         write_sidecar(final, {**user_fields(read_sidecar(final)), "accuracy": acc})
         log(f"[3/4] top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): {acc['top1']:.4f}")
     else:
-        log("[3/4] accuracy skipped (" + ("random weights" if record.get("random_weights") else
-                                           "no dataset recorded" if not dataset else "--no-eval") + ")")
+        why = ("random weights" if record.get("random_weights") else "no dataset recorded" if not dataset else
+               "--no-eval" if not req.evaluate else "no torch here; the workstation's build measured it")
+        log(f"[3/4] accuracy skipped ({why})")
     record = read_sidecar(final)
 
     # 4. the engine

@@ -473,6 +473,51 @@ def quickstart(out, size, epochs, batch_size, lr, batches, duration, no_progress
     click.echo(f"report: {out}/bench.json", err=True)
 
 
+@main.command()
+@click.argument("images", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
+              help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
+@click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per image.")
+@user_errors
+def predict(images, model_path, top_k, as_json) -> None:
+    """Classify image files with the embedded runtime (no torch). Unreadable files get an error entry
+    and the rest are still classified; the exit code is 2 when any failed."""
+    from .runtime import predict_files
+
+    results = predict_files(model_path, images, top_k)
+    if as_json:
+        click.echo(json.dumps(results, indent=1))
+    else:
+        for r in results:
+            if "error" in r:
+                click.echo(f"{r['path']}: ERROR {r['error']}")
+            else:
+                top = ", ".join(f"{name} {p:.3f}" for _, name, p in r["top"])
+                click.echo(f"{r['path']}: {top}")
+    if any("error" in r for r in results):
+        sys.exit(2)
+
+
+@main.command()
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--inbox", required=True, type=click.Path(file_okay=False), help="Folder to watch for images.")
+@click.option("--results", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to append to.")
+@click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between polls of an empty inbox.")
+@user_errors
+def serve(model_path, inbox, results, interval) -> None:
+    """Always-on loop for a device: classify each image dropped into --inbox, append a JSON line to
+    --results, move the image to inbox/done or inbox/failed. Runs until stopped (systemd unit in deploy/)."""
+    from pathlib import Path
+
+    from .runtime import watch
+
+    Path(inbox).mkdir(parents=True, exist_ok=True)
+    click.echo(f"serving {model_path}: watching {inbox}, results -> {results}", err=True)
+    watch(model_path, inbox, results, interval)
+
+
 @main.command("check")
 @click.argument("onnx_path", type=click.Path(dir_okay=False))
 @click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")

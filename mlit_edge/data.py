@@ -75,6 +75,12 @@ def mnist5k_path() -> Path:
 
 def load_mnist5k(split: str) -> ImageSet:
     """5000 real MNIST digits (500 per class); a fixed stratified split of 400 train / 100 test per class."""
+    pixels, labels = mnist5k_raw(split)
+    return _make("mnist5k", "mnist5k", resize_images(pixels[:, :, :, None], IMG_SIZE), labels, range(10))
+
+
+def mnist5k_raw(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The split's original 28x28 uint8 digits and their labels, before any resizing."""
     with gzip.open(mnist5k_path(), "rb") as f:
         text = f.read().replace(b"\n", b",").decode("ascii")
     table = np.fromstring(text, dtype=np.int64, sep=",").reshape(5000, 785)  # 784 pixels, then the label
@@ -85,7 +91,7 @@ def load_mnist5k(split: str) -> ImageSet:
         idx = rng.permutation(np.flatnonzero(labels == c))
         picked.append(idx[:400] if split == "train" else idx[400:])
     idx = np.sort(np.concatenate(picked))
-    return _make("mnist5k", "mnist5k", resize_images(pixels[idx, :, :, None], IMG_SIZE), labels[idx], range(10))
+    return pixels[idx], labels[idx]
 
 
 def _torchvision():

@@ -142,9 +142,13 @@ class TensorRTRunner(Runner):
         self.engine, self.record = load_engine(self.plan)
         self.trt = import_trt(self.record.get("target", "tensorrt"))
         try:
-            from cuda.bindings import runtime as cudart
+            from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
         except ImportError:
-            raise RuntimeError("the TensorRT runner needs cuda-python (pip install cuda-python)") from None
+            try:
+                from cuda import cudart  # older cuda-python, e.g. 12.2 for JetPack 6.0
+            except ImportError:
+                raise RuntimeError("the TensorRT runner needs cuda-python (pip install 'cuda-python>=12.2,<13')") \
+                    from None
         self.cudart = cudart
         self.context = self.engine.create_execution_context()
         self.stream = _ck(cudart.cudaStreamCreate())

@@ -256,12 +256,10 @@ def test_build_xxs_fp16_onnxruntime_and_tensorrt_rtx(tmp_path):
 
 
 def test_torch_tensorrt_frontend_missing_is_one_line(tmp_path):
-    pytest.importorskip("torch")
-    try:
-        import torch_tensorrt  # noqa: F401
+    import importlib.util
+
+    if importlib.util.find_spec("torch_tensorrt") is not None:
         pytest.skip("torch_tensorrt is installed")
-    except ImportError:
-        pass
     proc = cli("build", "--size", "xxs", "--frontend", "torch-tensorrt", "--out", tmp_path, check=False)
     assert proc.returncode == 1 and "torch_tensorrt is not installed" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("*.onnx"))
@@ -282,3 +280,29 @@ def test_torch_tensorrt_frontend_builds_a_plan_that_matches_pytorch(tmp_path):
                                     batch=4, out=str(tmp_path), evaluate=False), log=lambda _: None)
     engine, record = load_engine(result.artifact)
     assert record["frontend"] == "torch-tensorrt" and engine.num_io_tensors == 2
+
+
+@RTX
+def test_device_side_build_from_onnx_needs_no_torch(tiny_onnx, tmp_path):
+    """The Jetson flow: an INT8 ONNX made on the workstation becomes a plan where torch is absent."""
+    int8 = tmp_path / "mlit-tiny-int8.onnx"
+    calibrate_int8(tiny_onnx, int8, calibration_set(Recipe("mnist5k", "train", 64, 0)))
+    script = f"""
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+sys.meta_path.insert(0, NoTorch())
+from mlit_edge.cli import main
+try:
+    main(["build", "--onnx", {str(int8)!r}, "--precision", "int8", "--target", "tensorrt-rtx", "--out",
+          {str(tmp_path / 'dev')!r}])
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "strongly typed engine" in proc.stderr
+    assert read_sidecar(tmp_path / "dev" / "mlit-tiny-int8.plan")["calibration_sha256"]

@@ -1,36 +1,56 @@
+"""deploy/: every script parses, and the files agree with the CLI they call."""
+import configparser
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-import torch
 
-from mlit_edge.deploy import to_deploy
-from mlit_edge.model import MLiT, create_model
-
-
-@pytest.mark.parametrize("size", ["xxs", "xs", "s"])
-@pytest.mark.parametrize("batch", [1, 8])
-def test_deploy_matches_sparse_reference(size, batch):
-    torch.manual_seed(0)
-    model = create_model(size, num_classes=10).eval()
-    x = torch.randn(batch, 3, 36, 36)
-    with torch.no_grad():
-        ref, aux = model(x, return_aux=True, sparse=True)
-        out, *routes = to_deploy(model, probe=True)(x)
-    assert (out - ref).abs().max().item() <= 1e-5
-    assert len(routes) == len(aux.experts)
-    assert all(torch.equal(r, e) for r, e in zip(routes, aux.experts))
+DEPLOY = Path(__file__).parent.parent / "deploy"
+SCRIPTS = sorted(DEPLOY.glob("*.sh"))
 
 
-def test_to_deploy_is_pure(tiny_cfg):
-    model = MLiT(tiny_cfg).train()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    deployed = to_deploy(model)
-    assert model.training and not deployed.training
-    assert deployed.blocks[0].attn.q.weight is not model.blocks[0].attn.q.weight
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-    with torch.no_grad():
-        deployed.blocks[0].attn.q.weight.zero_()
-    assert not torch.equal(model.blocks[0].attn.q.weight, deployed.blocks[0].attn.q.weight)
+def test_deploy_folder_has_the_install_script_unit_and_container():
+    names = {p.name for p in DEPLOY.iterdir()}
+    assert {"install-jetson.sh", "mlit-edge.service", "Dockerfile", "README.md"} <= names
 
 
-def test_to_deploy_refuses_headless_encoder(tiny_cfg):
-    with pytest.raises(TypeError, match="classifier"):
-        to_deploy(MLiT(tiny_cfg.replace(num_classes=0)))
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_shell_scripts_parse(script):
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert script.read_text().startswith("#!/usr/bin/env bash") and "set -euo pipefail" in script.read_text()
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_shellcheck(script):
+    proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def _cli_help(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlit_edge.cli", *args, "--help"], capture_output=True, text=True)
+
+
+def test_systemd_unit_is_well_formed_and_runs_a_real_command():
+    unit = configparser.ConfigParser(strict=True, interpolation=None)
+    unit.optionxform = str
+    unit.read_string(DEPLOY.joinpath("mlit-edge.service").read_text())
+    assert set(unit.sections()) == {"Unit", "Service", "Install"}
+    exec_start = unit["Service"]["ExecStart"].split()
+    assert exec_start[0].startswith("/") and exec_start[1] == "serve"
+    help_text = _cli_help("serve").stdout
+    for flag in (a for a in exec_start[2:] if a.startswith("--")):
+        assert flag in help_text, flag
+    assert unit["Service"]["Restart"] == "on-failure" and unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_dockerfile_uses_l4t_and_commands_exist():
+    text = DEPLOY.joinpath("Dockerfile").read_text()
+    assert re.search(r"^FROM nvcr\.io/nvidia/l4t-[\w.-]+:r36", text, re.M)
+    assert "--system-site-packages" in text and "--no-deps" in text
+    for sub in set(re.findall(r"mlit-edge-runtime (\w+)", text)):
+        assert _cli_help(sub).returncode == 0, sub
