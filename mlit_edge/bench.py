@@ -399,10 +399,13 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
             from .engine import verify_plan
 
             verify_plan(p)
+    peeks = {p: _peek(p) for p in paths}
     ref_path = cfg.reference or next((p for p in paths if Path(p).suffix.lower() in (".pt", ".pth")), None) or next(
-        (r["checkpoint"] for r in map(_peek, paths) if r.get("checkpoint") and Path(r["checkpoint"]).is_file()), None)
-    data = cfg.data or next((r["preprocess"]["dataset"] for r in map(_peek, [p for p in [ref_path, *paths] if p])
-                             if (r.get("preprocess") or {}).get("dataset")), None)
+        (r["checkpoint"] for r in peeks.values() if r.get("checkpoint") and Path(r["checkpoint"]).is_file()), None)
+    if ref_path and ref_path not in peeks:
+        peeks[ref_path] = _peek(ref_path)
+    data = cfg.data or next((r["preprocess"]["dataset"] for r in ([peeks[ref_path]] if ref_path else []) +
+                             list(peeks.values()) if (r.get("preprocess") or {}).get("dataset")), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "environment": environment(cfg.threads), "harness_overhead": harness_overhead(),
               "config": {"batches": list(cfg.batches), "warmup_ms": cfg.warmup_ms, "warmup_iters": cfg.warmup_iters,
@@ -561,10 +564,7 @@ def plot(report: dict, folder: str | Path) -> list[Path]:
         ax.set_yticks(range(1, len(series) + 1), [n for n, _ in series])
         ax.set_xscale("log")
         ax.set_xlabel("latency per call (ms), whiskers p1-p99")
-        fig.tight_layout()
-        fig.savefig(folder / "latency.png", dpi=120)
-        plt.close(fig)
-        paths.append(folder / "latency.png")
+        paths.append(_save(fig, folder / "latency.png"))
     points = [(r["p50_ms"], r["top1"], f"{r['artifact']} b{r['batch']}") for r in report["rows"]
               if r["top1"] is not None and r["batch"] == min(x["batch"] for x in report["rows"])]
     if points:
@@ -574,8 +574,14 @@ def plot(report: dict, folder: str | Path) -> list[Path]:
             ax.annotate(name, (x, y), fontsize=7)
         ax.set_xlabel("p50 latency (ms)")
         ax.set_ylabel("top-1")
-        fig.tight_layout()
-        fig.savefig(folder / "accuracy_latency.png", dpi=120)
-        plt.close(fig)
-        paths.append(folder / "accuracy_latency.png")
+        paths.append(_save(fig, folder / "accuracy_latency.png"))
     return paths
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
