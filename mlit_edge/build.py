@@ -159,13 +159,13 @@ def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root
 
 def _source_precision(path: Path) -> tuple[str, dict]:
     """The precision an existing ONNX carries (sidecar, else its metadata), and its sidecar fields."""
-    import onnx
-
     try:
         record = user_fields(read_sidecar(path))
         return record.get("precision", "fp32"), record
     except FileNotFoundError:
         pass
+    import onnx  # only without a sidecar: a device that has the sidecar needs no onnx package
+
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:
