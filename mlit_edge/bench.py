@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from .runners import OnnxRuntimeRunner, Runner
+from .runners import OnnxRuntimeRunner, Runner, input_name, predict_all, static_batch
 
 PERCENTILES = (50, 90, 95, 99)
 SCHEMA = "mlit-edge-bench/1"
@@ -213,22 +213,6 @@ def _onnx_record(path: Path) -> dict:
         return {}
 
 
-class _RoutingOnnxRunner(OnnxRuntimeRunner):
-    """The ONNX with every TopK's indices as extra outputs (routing recovered from the graph)."""
-
-    def open(self) -> None:
-        import onnxruntime as ort
-
-        from .calibrate import _with_routing_outputs
-
-        model, self.route_names, _ = _with_routing_outputs(self.path)
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
-        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
 def open_artifact(path: str | Path, threads: int | None = None, providers: list[str] | None = None,
                   cuda_graph: bool = False, device: str = "cpu") -> Artifact:
     """Pick the runner from the file (and its sidecar) and open it, measuring the RSS it adds."""
@@ -251,7 +235,7 @@ def open_artifact(path: str | Path, threads: int | None = None, providers: list[
         runner.open()
         precision = record.get("precision") or _onnx_precision(path)
         art = Artifact(path, "onnxruntime", precision, record, runner,
-                       routing_runner=_RoutingOnnxRunner(path, threads=threads))
+                       routing_runner=OnnxRuntimeRunner(path, threads=threads, expose_routing=True))
         art.routing_runner.open()
         if not record:
             art.notes.append(f"{path.name} has no sidecar: provenance unknown")
@@ -290,40 +274,6 @@ def _onnx_precision(path: Path) -> str:
         return json.loads(meta.get("mlit_edge", "{}")).get("precision", "fp32")
     except json.JSONDecodeError:
         return "?"
-
-
-def _input_name(runner: Runner) -> str:
-    return getattr(runner, "input_name", None) or (runner.inputs[0] if hasattr(runner, "inputs") else "images")
-
-
-def _static_batch(runner: Runner) -> int | None:
-    if isinstance(runner, OnnxRuntimeRunner) and runner.session is not None:
-        b = runner.session.get_inputs()[0].shape[0]
-        return b if isinstance(b, int) else None
-    return None
-
-
-def predict_all(runner: Runner, images: np.ndarray, batch: int = 64, routes: bool = False
-                ) -> tuple[np.ndarray, list[np.ndarray] | None]:
-    """Logits (and per-layer top-k indices) for all images, batching (and padding a fixed batch)."""
-    fixed = _static_batch(runner)
-    step = fixed or batch
-    name = _input_name(runner)
-    logits, per_layer = [], None
-    for i in range(0, len(images), step):
-        x = images[i:i + step]
-        n = len(x)
-        if fixed and n < fixed:
-            x = np.concatenate([x, np.zeros((fixed - n, *x.shape[1:]), x.dtype)])
-        out = runner.infer({name: x})
-        logits.append(out["logits"][:n])
-        if routes:
-            names = [k for k in out if k != "logits"]
-            layer_out = [out[k].reshape(len(x), -1, out[k].shape[-1])[:n] for k in names]
-            per_layer = [[] for _ in layer_out] if per_layer is None else per_layer
-            for acc, r in zip(per_layer, layer_out):
-                acc.append(r)
-    return np.concatenate(logits), ([np.concatenate(r) for r in per_layer] if per_layer else None)
 
 
 def _outputs(art: Artifact, images: np.ndarray) -> tuple[np.ndarray, list[np.ndarray] | None]:
@@ -379,12 +329,10 @@ class BenchConfig:
 
 def _eval_images(data: str, split: str, root: str, limit: int | None):
     from .data import load_dataset
-    from .preprocess import normalize
 
     ds = load_dataset(data, split, root)
     n = len(ds) if limit is None else min(limit, len(ds))
-    pixels = ds.images[:n].permute(0, 2, 3, 1).numpy()
-    return normalize(pixels, ds.mean, ds.std), ds.labels[:n].numpy(), ds.name
+    return ds.inputs(slice(0, n)), ds.labels[:n].numpy(), ds.name
 
 
 def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
@@ -442,8 +390,8 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
         if art.routing_runner is not None:
             art.routing_runner.close()  # the timing runner's memory is measured without it
             gc.collect()
-        name = _input_name(art.runner)
-        fixed = _static_batch(art.runner)
+        name = input_name(art.runner)
+        fixed = static_batch(art.runner)
         for b in cfg.batches:
             if fixed and b != fixed:
                 entry["notes"].append(f"batch {b} skipped: the graph has a fixed batch of {fixed}")

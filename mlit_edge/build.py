@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from .calibrate import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
                         load_recipe, routing_coverage, write_manifest)
 from .engine import BuildOptions, engine_record, import_trt, local_env, write_plan
@@ -137,23 +135,13 @@ def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root
                   batch: int = 250) -> dict:
     """Top-1 of an ONNX classifier on a dataset split through ONNX Runtime (eval preprocessing)."""
     from .data import load_dataset
-    from .preprocess import normalize
-    from .runners import OnnxRuntimeRunner
+    from .runners import OnnxRuntimeRunner, predict_all
 
     ds = load_dataset(dataset, split, data_root)
-    pixels = ds.images.permute(0, 2, 3, 1).numpy()
     labels = ds.labels.numpy()
-    correct = 0
     with OnnxRuntimeRunner(path) as run:
-        fixed = run.session.get_inputs()[0].shape[0]
-        step = fixed if isinstance(fixed, int) else batch
-        for i in range(0, len(labels), step):
-            x = normalize(pixels[i:i + step], ds.mean, ds.std)
-            n = len(x)
-            if n < step and isinstance(fixed, int):  # a fixed-batch graph: pad the last batch
-                x = np.concatenate([x, np.zeros((step - n, *x.shape[1:]), x.dtype)])
-            logits = run.infer({run.input_name: x})["logits"][:n]
-            correct += int((logits.argmax(-1) == labels[i:i + n]).sum())
+        logits, _ = predict_all(run, ds.inputs(), batch)
+    correct = int((logits.argmax(-1) == labels).sum())
     return {"dataset": ds.name, "split": split, "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
 

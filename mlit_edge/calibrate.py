@@ -99,7 +99,7 @@ def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> Calibrati
     ds = load_dataset(recipe.dataset, recipe.split, data_root)
     labels = ds.labels.numpy()
     idx = stratified_indices(labels, recipe.n, recipe.seed)
-    pixels = ds.images[idx].permute(0, 2, 3, 1).numpy()  # (N, S, S, 3) uint8
+    pixels = ds.hwc(idx)  # (N, S, S, 3) uint8: hashed below, then normalised
     h = hashlib.sha256()
     for part in (idx.astype(np.int64), labels[idx].astype(np.int64), np.ascontiguousarray(pixels)):
         h.update(part.tobytes())
@@ -119,25 +119,6 @@ def write_manifest(manifest: dict, path: str | Path) -> Path:
 
 # --- routing coverage -------------------------------------------------------------------------------
 
-def _with_routing_outputs(src: Path):
-    """The ONNX with every TopK's indices added as graph outputs, and each TopK's expert count."""
-    import onnx
-
-    model = onnx.load(str(src))
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-              for vi in inferred.graph.value_info}
-    names, experts = [], []
-    for node in model.graph.node:
-        if node.op_type == "TopK":
-            names.append(node.output[1])
-            experts.append((shapes.get(node.input[0]) or [None])[-1])
-            if node.output[1] not in {o.name for o in model.graph.output}:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(node.output[1], onnx.TensorProto.INT64,
-                                                                             None))
-    return model, names, experts
-
-
 def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
                      min_tokens: int = MIN_EXPERT_TOKENS, available: int | None = None) -> dict:
     """Tokens each expert of each layer receives from `images` in the fp32 graph, and the warnings.
@@ -146,27 +127,15 @@ def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
     quantizer's calibration pass sees. `available` is the size of the split the images came from,
     so a suggestion never asks for more images than exist.
     """
-    import onnxruntime as ort
+    from .runners import OnnxRuntimeRunner, predict_all
 
-    model, names, experts = _with_routing_outputs(Path(onnx_path))
-    if not names:
-        raise ValueError(f"{onnx_path} has no TopK routing: is it an mLiT export?")
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    input_name = sess.get_inputs()[0].name
-    fixed = sess.get_inputs()[0].shape[0]
-    step = fixed if isinstance(fixed, int) else batch
-    counts = [np.zeros(e or 1, np.int64) for e in experts]
-    used = 0
-    for i in range(0, len(images) - step + 1 if isinstance(fixed, int) else len(images), step):
-        outs = sess.run(names, {input_name: images[i:i + step]})
-        used += len(images[i:i + step])
-        for layer, idx in enumerate(outs):
-            c = np.bincount(idx.reshape(-1), minlength=len(counts[layer]))
-            if len(c) > len(counts[layer]):  # shape inference did not give the expert count
-                counts[layer] = np.pad(counts[layer], (0, len(c) - len(counts[layer])))
-            counts[layer] += c
+    with OnnxRuntimeRunner(onnx_path, expose_routing=True) as run:
+        if not run.route_names:
+            raise ValueError(f"{onnx_path} has no TopK routing: is it an mLiT export?")
+        _, routes = predict_all(run, images, batch, routes=True)
+        experts = run.route_experts
+    counts = [np.bincount(r.reshape(-1), minlength=e or 0) for r, e in zip(routes, experts)]
+    used = len(images)
     warnings = []
     for layer, c in enumerate(counts):
         for e, tokens in enumerate(c.tolist()):

@@ -49,6 +49,16 @@ class ImageSet:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def hwc(self, idx=slice(None)) -> np.ndarray:
+        """The selected images as uint8 (N, S, S, 3), the layout the runtime's preprocessing produces."""
+        return self.images[idx].permute(0, 2, 3, 1).numpy()
+
+    def inputs(self, idx=slice(None)) -> np.ndarray:
+        """The selected images as the model's float32 (N, 3, S, S) input (eval preprocessing, numpy)."""
+        from .preprocess import normalize
+
+        return normalize(self.hwc(idx), self.mean, self.std)
+
     def meta(self) -> dict:
         """What a checkpoint or an artifact records about its data and preprocessing."""
         return {"name": self.name, "classes": list(self.classes), "mean": list(self.mean),
@@ -241,10 +251,7 @@ def sample_images(data: str, split: str, n: int, root: str | Path = "data", seed
     """A seeded random subset of a dataset split, preprocessed as the model expects, and its description."""
     import hashlib
 
-    from .preprocess import normalize
-
     ds = load_dataset(data, split, root)
     idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))])
-    images = ds.images[idx].permute(0, 2, 3, 1).numpy()  # (N, S, S, 3) uint8, already resized
-    return normalize(images, ds.mean, ds.std), {"name": ds.name, "split": split, "seed": seed,
+    return ds.inputs(idx), {"name": ds.name, "split": split, "seed": seed,
                                                  "indices_sha256": hashlib.sha256(idx.tobytes()).hexdigest()}

@@ -71,8 +71,12 @@ class OnnxRuntimeRunner(Runner):
 
     name = "onnxruntime"
 
-    def __init__(self, path: str | Path, threads: int | None = None, providers: list[str] | None = None) -> None:
+    def __init__(self, path: str | Path, threads: int | None = None, providers: list[str] | None = None,
+                 expose_routing: bool = False) -> None:
         self.path, self.threads, self.providers = Path(path), threads, providers
+        self.expose_routing = expose_routing
+        self.route_names: list[str] = []
+        self.route_experts: list[int | None] = []
         self.session = None
 
     def open(self) -> None:
@@ -86,8 +90,12 @@ class OnnxRuntimeRunner(Runner):
         providers = [p for p in (self.providers or ["CPUExecutionProvider"]) if p in available]
         if not providers:
             raise RuntimeError(f"none of the providers {self.providers} is available (have {available})")
+        model = str(self.path)
+        if self.expose_routing:
+            proto, self.route_names, self.route_experts = with_routing_outputs(self.path)
+            model = proto.SerializeToString()
         try:
-            self.session = ort.InferenceSession(str(self.path), opts, providers=providers)
+            self.session = ort.InferenceSession(model, opts, providers=providers)
         except Exception as e:  # ORT raises its own exception types for bad files
             raise ValueError(f"ONNX Runtime cannot load {self.path}: {str(e).splitlines()[0][:300]}") from None
 
@@ -105,6 +113,66 @@ class OnnxRuntimeRunner(Runner):
     def infer(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = self.output_names
         return dict(zip(names, self.session.run(names, dict(feed))))
+
+
+def with_routing_outputs(src: str | Path):
+    """The ONNX model with every TopK's indices added as graph outputs (routing recovered from the graph
+    itself), their names, and each TopK's expert count (None where shape inference cannot tell)."""
+    import onnx
+
+    model = onnx.load(str(src))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in inferred.graph.value_info}
+    outputs = {o.name for o in model.graph.output}
+    names, experts = [], []
+    for node in model.graph.node:
+        if node.op_type == "TopK":
+            names.append(node.output[1])
+            experts.append((shapes.get(node.input[0]) or [None])[-1])
+            if node.output[1] not in outputs:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(node.output[1], onnx.TensorProto.INT64,
+                                                                             None))
+    return model, names, experts
+
+
+def input_name(runner: Runner) -> str:
+    return getattr(runner, "input_name", None) or (runner.inputs[0] if hasattr(runner, "inputs") else "images")
+
+
+def static_batch(runner: Runner) -> int | None:
+    """The fixed batch size of an open ONNX Runtime graph; None when dynamic (or not ONNX Runtime)."""
+    if isinstance(runner, OnnxRuntimeRunner) and runner.session is not None:
+        b = runner.session.get_inputs()[0].shape[0]
+        return b if isinstance(b, int) else None
+    return None
+
+
+def predict_all(runner: Runner, images: np.ndarray, batch: int = 64, routes: bool = False,
+                fixed: int | None = None) -> tuple[np.ndarray, list[np.ndarray] | None]:
+    """Logits, and with `routes` each layer's (N, tokens, k) expert indices, for all `images`.
+
+    Runs in chunks of `batch`, or of the graph's fixed batch (`fixed`, else read from an ONNX
+    graph), zero-padding the last chunk; padded rows never reach the results.
+    """
+    fixed = fixed or static_batch(runner)
+    step = fixed or batch
+    name = input_name(runner)
+    logits, per_layer = [], None
+    for i in range(0, len(images), step):
+        x = images[i:i + step]
+        n = len(x)
+        if fixed and n < fixed:
+            x = np.concatenate([x, np.zeros((fixed - n, *x.shape[1:]), x.dtype)])
+        out = runner.infer({name: x})
+        logits.append(out["logits"][:n])
+        if routes:
+            keys = getattr(runner, "route_names", None) or [k for k in out if k != "logits"]
+            layer_out = [out[k].reshape(len(x), -1, out[k].shape[-1])[:n] for k in keys]
+            per_layer = [[] for _ in layer_out] if per_layer is None else per_layer
+            for acc, r in zip(per_layer, layer_out):
+                acc.append(r)
+    return np.concatenate(logits), ([np.concatenate(r) for r in per_layer] if per_layer else None)
 
 
 def _ck(result):

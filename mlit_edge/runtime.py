@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .preprocess import normalize, resize_images
+from .runners import predict_all
 from .sidecar import read_sidecar
 
 class InputError(ValueError):
@@ -76,7 +77,6 @@ class Classifier:
         pre = record["preprocess"]
         self.size, self.mean, self.std = int(pre.get("size", 36)), pre["mean"], pre["std"]
         self.classes: list[str] = list(record["classes"])
-        self.input_name = record.get("input", "images")
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True) -> "Classifier":
@@ -153,15 +153,7 @@ class Classifier:
             raise InputError("empty batch: nothing to classify")
         if not np.isfinite(x).all():
             raise InputError("the input contains NaN or infinity")
-        out = []
-        step = self.fixed_batch or self.max_batch
-        for i in range(0, len(x), step):
-            chunk = x[i:i + step]
-            n = len(chunk)
-            if self.fixed_batch and n < self.fixed_batch:
-                chunk = np.concatenate([chunk, np.zeros((self.fixed_batch - n, *chunk.shape[1:]), np.float32)])
-            out.append(self.runner.infer({self.input_name: chunk})["logits"][:n])
-        return np.concatenate(out)
+        return predict_all(self.runner, x, self.max_batch, fixed=self.fixed_batch)[0]
 
     def predict(self, images: Sequence | np.ndarray, top_k: int = 1) -> list[Prediction]:
         """Classify uint8 images (arrays of any size) or image files."""

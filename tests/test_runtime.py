@@ -13,14 +13,13 @@ import torch
 pytest.importorskip("onnxruntime")
 Image = pytest.importorskip("PIL.Image")
 
-from mlit_edge.bench import predict_all  # noqa: E402
 from mlit_edge.checkpoint import make_checkpoint  # noqa: E402
 from mlit_edge.config import MLiTConfig  # noqa: E402
 from mlit_edge.data import Loader, load_dataset, mnist5k_raw  # noqa: E402
 from mlit_edge.engine import write_plan  # noqa: E402
 from mlit_edge.export import export_onnx, load_for_export  # noqa: E402
 from mlit_edge.model import MLiT  # noqa: E402
-from mlit_edge.runners import OnnxRuntimeRunner  # noqa: E402
+from mlit_edge.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.sidecar import sidecar_path  # noqa: E402
 
