@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -219,20 +218,33 @@ def test_bad_build_arguments_are_one_line_errors(tiny_onnx, tmp_path):
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+KILL_ON_PUBLISH = """
+import os, signal
+_replace = os.replace
+def _replace_or_die(src, dst, *a, **kw):
+    # SIGKILL at the instant the plan would be published: its temporary is complete, its final name absent.
+    if str(dst).endswith(".plan"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _replace(src, dst, *a, **kw)
+os.replace = _replace_or_die
+"""
+
+
 @RTX
 def test_killed_build_leaves_no_partial_artifact(tiny_onnx, tmp_path):
+    """A SIGKILL between writing and publishing the plan (deterministic: a sitecustomize kills the
+    process inside os.replace, where polling for the temporary file raced the rename)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_ON_PUBLISH)
     out = tmp_path / "out"
     out.mkdir()
-    args = ["build", "--onnx", tiny_onnx, "--precision", "int8", "--target", "tensorrt-rtx", "--calib-n", 256,
+    args = ["build", "--onnx", tiny_onnx, "--precision", "int8", "--target", "tensorrt-rtx", "--calib-n", 64,
             "--out", out, "--no-calib-cache"]
-    proc = subprocess.Popen([*CLI, *map(str, args)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None and not list(out.glob(".*.tmp")):
-        time.sleep(0.005)
-    assert proc.poll() is None, "the build ended before a temporary file was seen"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert list(out.glob(".*.tmp"))  # killed mid-write
+    killed = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True,
+                            env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert list(out.glob(".*.plan.*.tmp"))  # the killed build left its hidden temporary
     assert not list(out.glob("*.plan"))
     for path in out.glob("*.onnx"):  # whatever carries a final name is complete
         onnx.checker.check_model(str(path))
