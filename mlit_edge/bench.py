@@ -197,8 +197,9 @@ class Artifact:
     precision: str
     record: dict
     runner: Runner
-    routing_runner: Runner | None = None  # same model, with its routing exposed (ONNX)
+    routing_runner: Runner | None = None  # same model with its routing exposed; opened by _outputs
     load_rss_mb: float = 0.0
+    rss_before_mb: float = 0.0
     device_mb: float | None = None
     label: str = ""
     notes: list[str] = field(default_factory=list)
@@ -215,7 +216,7 @@ def _onnx_record(path: Path) -> dict:
 
 def open_artifact(path: str | Path, threads: int | None = None, providers: list[str] | None = None,
                   cuda_graph: bool = False, device: str = "cpu") -> Artifact:
-    """Pick the runner from the file (and its sidecar) and open it, measuring the RSS it adds."""
+    """Pick the runner from the file (and its sidecar) and open it, measuring the RSS its runner adds."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -229,14 +230,15 @@ def open_artifact(path: str | Path, threads: int | None = None, providers: list[
         runner.open()  # load_engine refuses (one line) without TensorRT, without a GPU, or on a mismatch
         art = Artifact(path, "tensorrt", runner.record.get("precision", "?"), runner.record, runner)
         art.device_mb = runner.device_memory_bytes / 2 ** 20
+        loaded = rss_mb()
     elif suffix == ".onnx":
         record = _onnx_record(path)
         runner = OnnxRuntimeRunner(path, threads=threads, providers=providers)
         runner.open()
+        loaded = rss_mb()
         precision = record.get("precision") or _onnx_precision(path)
         art = Artifact(path, "onnxruntime", precision, record, runner,
                        routing_runner=OnnxRuntimeRunner(path, threads=threads, expose_routing=True))
-        art.routing_runner.open()
         if not record:
             art.notes.append(f"{path.name} has no sidecar: provenance unknown")
     elif suffix in (".pt", ".pth"):
@@ -249,9 +251,9 @@ def open_artifact(path: str | Path, threads: int | None = None, providers: list[
         model = model_from_checkpoint(ckpt).eval()
         runner = TorchRunner(model, ["logits"], device=device, threads=threads)
         runner.open()
+        loaded = rss_mb()
         route = TorchRunner(to_deploy(model, probe=True), output_names(model.cfg.depth, True), device=device,
                             threads=threads)
-        route.open()
         record = {"precision": "fp32", "classes": ckpt["data"]["classes"],
                   "preprocess": {"dataset": ckpt["data"]["name"], "mean": ckpt["data"]["mean"],
                                  "std": ckpt["data"]["std"], "size": ckpt["data"].get("img_size", 36)},
@@ -259,7 +261,8 @@ def open_artifact(path: str | Path, threads: int | None = None, providers: list[
         art = Artifact(path, "torch", "fp32", record, runner, routing_runner=route)
     else:
         raise ValueError(f"{path}: unknown artifact type {suffix or '(none)'}; expected .plan, .onnx or .pt")
-    art.load_rss_mb = rss_mb() - before
+    # the routing runner is opened only for the fidelity pass, after timing (see bench_artifact)
+    art.load_rss_mb, art.rss_before_mb = loaded - before, before
     if nv_before is not None and art.format == "tensorrt":
         art.device_mb = (nvmap_mb() or 0.0) - nv_before
     art.label = f"{path.name}"
@@ -279,6 +282,8 @@ def _onnx_precision(path: Path) -> str:
 def _outputs(art: Artifact, images: np.ndarray) -> tuple[np.ndarray, list[np.ndarray] | None]:
     """Logits and routing of an artifact. A checkpoint's logits come from the eval-mode model itself;
     its routing from `to_deploy`, whose choices equal the model's (tested in test_export)."""
+    if art.routing_runner is not None:
+        art.routing_runner.open()
     if art.format == "torch":
         logits, _ = predict_all(art.runner, images)
         _, routes = predict_all(art.routing_runner, images, routes=True)
@@ -325,6 +330,7 @@ class BenchConfig:
     limit: int | None = None
     data_root: str = "data"
     reference: str | None = None
+    isolate: bool = False  # each artifact in its own fresh process (clean memory figures)
 
 
 def _eval_images(data: str, split: str, root: str, limit: int | None):
@@ -371,48 +377,123 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
             _close(reference)
     else:
         log("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
-    rng = np.random.default_rng(0)
-    for path in paths:  # one artifact at a time, so each memory figure is its own
-        art = open_artifact(path, cfg.threads, cfg.providers, cfg.cuda_graph)
-        base = rss_mb() - art.load_rss_mb
-        entry = {"artifact": str(art.path), "label": art.label, "format": art.format, "precision": art.precision,
-                 "size_mb": art.path.stat().st_size / 2 ** 20, "load_rss_mb": art.load_rss_mb,
-                 "device_mb": art.device_mb, "notes": art.notes, "accuracy": None, "latency": {}}
-        if images is not None:
-            log(f"accuracy {art.label} on {len(images)} images ...")
-            logits, routes = _outputs(art, images)
-            acc = {"images": int(len(labels)), "top1": float((logits.argmax(1) == labels).mean())}
-            if ref_logits is not None:
-                acc.update(fidelity(logits, ref_logits, labels))
-                if routes and ref_routes and len(routes) == len(ref_routes):
-                    acc["routing_agreement"] = routing_agreement(routes, ref_routes)
-            entry["accuracy"] = acc
-        if art.routing_runner is not None:
-            art.routing_runner.close()  # the timing runner's memory is measured without it
-            gc.collect()
-        name = input_name(art.runner)
-        fixed = static_batch(art.runner)
-        for b in cfg.batches:
-            if fixed and b != fixed:
-                entry["notes"].append(f"batch {b} skipped: the graph has a fixed batch of {fixed}")
-                continue
-            x = (images[:b] if images is not None and len(images) >= b else
-                 rng.standard_normal((b, 3, 36, 36)).astype(np.float32))
-            log(f"timing {art.label} batch {b} ...")
-            gpu = (lambda r=art.runner: r.last_gpu_ms) if art.format == "tensorrt" else None
-            try:
-                stats = time_runner(lambda: art.runner.infer({name: x}), b, cfg.warmup_ms, cfg.warmup_iters,
-                                    cfg.duration_s, cfg.iterations, gpu_ms=gpu)
-            except ValueError as e:  # e.g. a batch outside a TensorRT profile
-                entry["notes"].append(f"batch {b}: {e}")
-                continue
-            stats["run_rss_mb"] = rss_mb() - base  # what this artifact holds after running this batch
-            stats["peak_rss_mb"] = peak_rss_mb()
-            entry["latency"][str(b)] = stats
-            report["rows"].append(_row(entry, b, stats))
-        _close(art)
-        report["artifacts"].append(entry)
+    if cfg.isolate:
+        for entry in _bench_isolated(paths, cfg, images, labels, ref_logits, ref_routes):
+            report["artifacts"].append(entry)
+            report["rows"] += [_row(entry, int(b), stats) for b, stats in entry["latency"].items()]
+    else:
+        for path in paths:  # one artifact at a time, so each memory figure is its own
+            entry = bench_artifact(path, cfg, images, labels, ref_logits, ref_routes, log)
+            report["artifacts"].append(entry)
+            report["rows"] += [_row(entry, int(b), stats) for b, stats in entry["latency"].items()]
     return report
+
+
+def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
+                   ref_logits: np.ndarray | None, ref_routes: list[np.ndarray] | None,
+                   log: Callable[[str], None] = print) -> dict:
+    """Open one artifact, time each batch, then measure its accuracy and fidelity (when images are given)."""
+    rng = np.random.default_rng(0)
+    art = open_artifact(path, cfg.threads, cfg.providers, cfg.cuda_graph)
+    entry = {"artifact": str(art.path), "label": art.label, "format": art.format, "precision": art.precision,
+             "size_mb": art.path.stat().st_size / 2 ** 20, "load_rss_mb": art.load_rss_mb,
+             "device_mb": art.device_mb, "notes": art.notes, "accuracy": None, "latency": {},
+             "isolated": cfg.isolate}
+    # timing first: the run memory is then the timed runner's alone, before the fidelity pass's session
+    name = input_name(art.runner)
+    fixed = static_batch(art.runner)
+    for b in cfg.batches:
+        if fixed and b != fixed:
+            entry["notes"].append(f"batch {b} skipped: the graph has a fixed batch of {fixed}")
+            continue
+        x = (images[:b] if images is not None and len(images) >= b else
+             rng.standard_normal((b, 3, 36, 36)).astype(np.float32))
+        log(f"timing {art.label} batch {b} ...")
+        gpu = (lambda r=art.runner: r.last_gpu_ms) if art.format == "tensorrt" else None
+        try:
+            stats = time_runner(lambda: art.runner.infer({name: x}), b, cfg.warmup_ms, cfg.warmup_iters,
+                                cfg.duration_s, cfg.iterations, gpu_ms=gpu)
+        except ValueError as e:  # e.g. a batch outside a TensorRT profile
+            entry["notes"].append(f"batch {b}: {e}")
+            continue
+        stats["run_rss_mb"] = rss_mb() - art.rss_before_mb  # what this artifact holds after this batch
+        stats["peak_rss_mb"] = peak_rss_mb()
+        entry["latency"][str(b)] = stats
+    if images is not None:
+        log(f"accuracy {art.label} on {len(images)} images ...")
+        logits, routes = _outputs(art, images)
+        acc = {"images": int(len(labels)), "top1": float((logits.argmax(1) == labels).mean())}
+        if ref_logits is not None:
+            acc.update(fidelity(logits, ref_logits, labels))
+            if routes and ref_routes and len(routes) == len(ref_routes):
+                acc["routing_agreement"] = routing_agreement(routes, ref_routes)
+        entry["accuracy"] = acc
+    entry["process_peak_rss_mb"] = peak_rss_mb()  # fidelity pass included
+    _close(art)
+    return entry
+
+
+# --- one process per artifact --------------------------------------------------------------------------
+# In one process the allocator hands memory freed by the reference or an earlier artifact to the next one,
+# so its load and run deltas read near zero. A fresh interpreter per artifact gives each its own figures;
+# the reference's logits and routing are computed once here and handed over in an .npz.
+
+_RUNTIME_MODULE = {".onnx": "onnxruntime", ".pt": "torch", ".pth": "torch"}
+
+
+def _bench_isolated(paths: list[str], cfg: BenchConfig, images, labels, ref_logits, ref_routes) -> list[dict]:
+    import subprocess
+    import sys
+    import tempfile
+    from dataclasses import asdict
+
+    entries = []
+    with tempfile.TemporaryDirectory(prefix="mlit-bench-") as tmp:
+        tmp = Path(tmp)
+        arrays = {}
+        if images is not None:
+            arrays.update(images=images, labels=labels)
+        if ref_logits is not None:
+            arrays["ref_logits"] = ref_logits
+        for i, r in enumerate(ref_routes or []):
+            arrays[f"ref_route_{i}"] = r
+        np.savez(tmp / "inputs.npz", **arrays)
+        (tmp / "config.json").write_text(json.dumps({**asdict(cfg), "batches": list(cfg.batches)}))
+        for i, path in enumerate(paths):
+            out = tmp / f"entry{i}.json"
+            proc = subprocess.run([sys.executable, "-m", "mlit_edge.bench", str(tmp), str(Path(path).resolve()),
+                                   str(out)], stdout=subprocess.DEVNULL)  # its progress lines go to our stderr
+            result = json.loads(out.read_text()) if out.is_file() else {}
+            if proc.returncode != 0 or "error" in result:
+                raise RuntimeError(f"{path}: {result.get('error') or f'bench process exited with {proc.returncode}'}")
+            entry = result["entry"]
+            entry["artifact"] = str(path)
+            entries.append(entry)
+    return entries
+
+
+def _worker(folder: str, path: str, out: str) -> int:
+    """The child side of `_bench_isolated`: bench one artifact, write {"entry": ...} or {"error": ...}."""
+    import importlib
+    import sys
+
+    folder = Path(folder)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg = BenchConfig(**{**cfg, "batches": tuple(cfg["batches"]), "isolate": True})
+        module = _RUNTIME_MODULE.get(Path(path).suffix.lower())
+        if module:  # the runtime library itself is not the artifact's memory
+            importlib.import_module(module)
+        with np.load(folder / "inputs.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        routes = [arrays[f"ref_route_{i}"] for i in range(sum(k.startswith("ref_route_") for k in arrays))]
+        entry = bench_artifact(path, cfg, arrays.get("images"), arrays.get("labels"), arrays.get("ref_logits"),
+                               routes or None, log=lambda line: print(line, file=sys.stderr, flush=True))
+        result = {"entry": entry}
+    except Exception as e:  # reported by the parent as one line
+        result = {"error": str(e) or type(e).__name__}
+    Path(out).write_text(json.dumps(result))
+    return 1 if "error" in result else 0
 
 
 def _close(art: Artifact) -> None:
@@ -477,8 +558,10 @@ def format_table(report: dict) -> str:
                  f"{cfg.get('reference') or 'none'}; route = worst layer's top-k agreement with the reference")
     lines.append(f"host: {env['cpu']}, {env['threads'] or 'default'} threads; harness overhead "
                  f"{ho['median_us']:.1f} µs/call (median)")
+    isolated = all(a.get("isolated") for a in report["artifacts"])
     lines.append("RSS MB load/run: resident memory the artifact added when loaded / holds after its timed runs "
-                 "(process peak in the JSON)")
+                 + ("(each artifact in its own process; process peak in the JSON)" if isolated else
+                    "(in one process: later artifacts reuse freed memory, so theirs read low)"))
     for a in report["artifacts"]:
         if a.get("device_mb") is not None:
             lines.append(f"device memory: {a['label']}: {a['device_mb']:.1f} MB")
@@ -533,3 +616,9 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(_worker(*sys.argv[1:4]))

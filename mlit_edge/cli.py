@@ -13,6 +13,7 @@ from . import __version__
 from .config import SIZES, MLiTConfig
 
 USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
+TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -55,7 +56,8 @@ def user_errors(fn):
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             raise click.ClickException(str(msg).splitlines()[0] if msg else type(e).__name__) from None
         except KeyboardInterrupt:
-            click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)", err=True)
+            click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)"
+                       if fn.__name__ in TRAINING else "interrupted", err=True)
             sys.exit(130)
     return wrapper
 
@@ -409,13 +411,16 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--ort-providers", default="cpu", show_default=True,
               help="ONNX Runtime execution providers in order: cpu, cuda, tensorrt (where installed).")
 @click.option("--cuda-graph", is_flag=True, help="TensorRT: replay each batch as a captured CUDA graph.")
+@click.option("--isolate/--in-process", default=True, show_default=True,
+              help="Bench each artifact in its own fresh process, so its memory figures are its own; "
+                   "--in-process is faster to start but lets later artifacts reuse memory freed by earlier ones.")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
               help="Write the full report (with per-call samples) here.")
 @click.option("--plot", "plot_dir", default=None, type=click.Path(file_okay=False),
               help="Write latency.png and accuracy_latency.png here.")
 @user_errors
 def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_ms, warmup_iters, duration,
-          iterations, threads, ort_providers, cuda_graph, json_path, plot_dir) -> None:
+          iterations, threads, ort_providers, cuda_graph, isolate, json_path, plot_dir) -> None:
     """Latency, memory, accuracy and fidelity of .plan/.onnx/.pt artifacts against the PyTorch reference.
 
     \b
@@ -436,7 +441,7 @@ def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_m
     cfg = BenchConfig(batches=batches, warmup_ms=warmup_ms, warmup_iters=warmup_iters,
                       duration_s=None if iterations else duration, iterations=iterations, threads=threads,
                       cuda_graph=cuda_graph, providers=[ORT_PROVIDERS[p] for p in names], data=data, split=split,
-                      limit=limit, data_root=data_root, reference=reference)
+                      limit=limit, data_root=data_root, reference=reference, isolate=isolate)
     report = run_bench(list(artifacts), cfg, log=lambda line: click.echo(line, err=True))
     click.echo(format_table(report))
     if json_path:

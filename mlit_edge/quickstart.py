@@ -41,8 +41,8 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: in
         result = run_build(BuildRequest(precision=precision, checkpoint=str(ckpt), out=str(out / "artifacts"),
                                         calib_cache=calib_cache), log=log)
         artifacts.append(str(result.artifact))
-    log("== 3/3 bench the artifacts against the PyTorch checkpoint (in a fresh process, so memory figures "
-        "are the bench's own)")
+    log("== 3/3 bench the artifacts against the PyTorch checkpoint (each in a fresh process, so memory figures "
+        "are each artifact's own)")
     report_path = out / "bench.json"
     cmd = [sys.executable, "-m", "mlit_edge.cli", "bench", *artifacts, str(ckpt), "--batch",
            ",".join(map(str, batches)), "--duration", str(duration_s), "--json", str(report_path)]

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,8 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
-from mlit_edge.bench import (BenchConfig, fidelity, latency_stats, percentile, routing_agreement,  # noqa: E402
-                             run_bench, strip_samples, time_runner)
+from mlit_edge.bench import (BenchConfig, fidelity, format_table, latency_stats, percentile,  # noqa: E402
+                             routing_agreement, run_bench, strip_samples, time_runner)
 from mlit_edge.checkpoint import make_checkpoint  # noqa: E402
 from mlit_edge.config import MLiTConfig  # noqa: E402
 from mlit_edge.data import load_dataset  # noqa: E402
@@ -111,6 +112,28 @@ def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     assert t["max_abs_err"] == 0.0 and t["cosine"] == 1.0 and t["routing_agreement"] == [1.0, 1.0, 1.0]
 
 
+def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(trio):
+    """Each artifact in its own process: the same accuracy and fidelity as in one process, and every
+    artifact's load memory is its own (in one process later ones reuse memory freed by earlier ones)."""
+    ckpt, good, bad = trio
+    paths = [str(good), str(bad), str(ckpt)]
+    one = run_bench(paths, FAST, log=lambda _: None)
+    iso = run_bench(paths, replace(FAST, isolate=True), log=lambda _: None)
+    assert [a["artifact"] for a in iso["artifacts"]] == paths and len(iso["rows"]) == len(one["rows"]) == 6
+    for a, b in zip(one["artifacts"], iso["artifacts"]):
+        assert not a["isolated"] and b["isolated"]
+        assert a["accuracy"] == b["accuracy"]  # same reference, same images, deterministic runners
+        assert b["load_rss_mb"] > 0 and b["process_peak_rss_mb"] >= max(s["peak_rss_mb"] for s in b["latency"].values())
+    assert "each artifact in its own process" in format_table(iso)
+
+
+def test_isolated_bench_reports_a_child_failure_in_one_line(trio, tmp_path):
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not an onnx model")
+    with pytest.raises(RuntimeError, match="broken.onnx: "):
+        run_bench([str(bad)], replace(FAST, isolate=True, data="mnist5k"), log=lambda _: None)
+
+
 def test_report_schema_through_the_cli(trio, tmp_path):
     ckpt, good, _ = trio
     out = tmp_path / "r.json"
@@ -155,7 +178,7 @@ def test_bench_plan_without_gpu_is_one_line_and_measures_nothing(tmp_path):
                           text=True, env=ENV)
     assert proc.returncode == 1 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and ("no CUDA GPU" in lines[0] or "not installed" in lines[0]), proc.stderr
+    assert len(lines) == 1 and any(w in lines[0] for w in ("no CUDA GPU", "not installed", "no TensorRT")), proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 
