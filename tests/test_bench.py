@@ -12,8 +12,8 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
-from mlit_edge.bench import (BenchConfig, fidelity, format_table, latency_stats, percentile,  # noqa: E402
-                             routing_agreement, run_bench, strip_samples, time_runner)
+from mlit_edge.bench import (BenchConfig, fidelity, format_table, latency_stats, peak_rss_mb,  # noqa: E402
+                             percentile, routing_agreement, run_bench, strip_samples, time_runner)
 from mlit_edge.checkpoint import make_checkpoint  # noqa: E402
 from mlit_edge.config import MLiTConfig  # noqa: E402
 from mlit_edge.data import load_dataset  # noqa: E402
@@ -124,6 +124,10 @@ def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(tri
         assert not a["isolated"] and b["isolated"]
         assert a["accuracy"] == b["accuracy"]  # same reference, same images, deterministic runners
         assert b["load_rss_mb"] > 0 and b["process_peak_rss_mb"] >= max(s["peak_rss_mb"] for s in b["latency"].values())
+    # an ONNX child never imports torch, so its own peak sits far below this torch-laden process's
+    # (getrusage's peak would have carried the parent's over exec)
+    assert all(b["process_peak_rss_mb"] < 0.8 * peak_rss_mb() for b in iso["artifacts"][:2]), \
+        [(b["process_peak_rss_mb"], peak_rss_mb()) for b in iso["artifacts"]]
     assert "each artifact in its own process" in format_table(iso)
 
 
