@@ -464,16 +464,19 @@ def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_m
               help="Batch sizes to time.")
 @click.option("--duration", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds of timed calls per artifact and batch.")
+@click.option("--set", "overrides", multiple=True, callback=_parse_overrides, metavar="KEY=VALUE",
+              help="Override a model config field, as for train (e.g. --set depth=4). Repeatable.")
 @click.option("--no-progress", is_flag=True)
 @user_errors
-def quickstart(out, size, epochs, batch_size, lr, batches, duration, no_progress) -> None:
+def quickstart(out, size, epochs, batch_size, lr, batches, duration, overrides, no_progress) -> None:
     """The whole chain in one command on the embedded digits: train briefly, build fp32/fp16/int8, bench
     them against the PyTorch checkpoint and print the comparison table."""
     from .calibrate import default_cache_dir
     from .quickstart import format_table, run_quickstart
 
     report = run_quickstart(out, size, epochs, batch_size, lr, batches, duration, progress=not no_progress,
-                            calib_cache=str(default_cache_dir()), log=lambda line: click.echo(line, err=True))
+                            calib_cache=str(default_cache_dir()), overrides=overrides,
+                            log=lambda line: click.echo(line, err=True))
     click.echo(format_table(report))
     click.echo(f"report: {out}/bench.json", err=True)
 

@@ -18,9 +18,12 @@ from .build import BuildRequest, run_build
 
 def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: int = 4, batch_size: int = 32,
                    lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 1.0,
-                   progress: bool = True, calib_cache: str | None = None,
+                   progress: bool = True, calib_cache: str | None = None, overrides: dict | None = None,
                    log: Callable[[str], None] = print) -> dict:
-    """Run the chain; returns the bench report (also written to OUT/bench.json, with per-call samples)."""
+    """Run the chain; returns the bench report (also written to OUT/bench.json, with per-call samples).
+
+    `overrides` are MLiTConfig fields, as `train --set` takes them.
+    """
     import torch
 
     from .fit import RunConfig, fit
@@ -34,7 +37,7 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: in
     else:
         log(f"== 1/3 train mLiT-{size.upper()} on the embedded MNIST digits for {epochs} epochs (CPU is fine)")
         fit(RunConfig(task="train", size=size, data="mnist5k", out=str(run_dir), epochs=epochs, batch_size=batch_size,
-                      lr=lr, resume=ckpt.is_file(), progress=progress), log=log)
+                      lr=lr, resume=ckpt.is_file(), progress=progress, overrides=dict(overrides or {})), log=log)
     artifacts = []
     for precision in ("fp32", "fp16", "int8"):
         log(f"== 2/3 build {precision}")

@@ -1,0 +1,38 @@
+"""The README's main job, `mlit-edge quickstart`, end to end on a tiny model: train, build three
+artifacts, bench them against the checkpoint in fresh processes, and continue on a second call."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).parent.parent
+TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "depth=3", "--set", "hidden_first=8",
+        "--set", "hidden_last=4"]
+
+
+def test_quickstart_chain_on_a_tiny_model(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "mlit_edge.cli", "quickstart", "--out", str(tmp_path / "qs"), "--epochs", "1",
+           "--batch-size", "250", "--batch", "1,4", "--duration", "0.05", "--no-progress", *TINY]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stdout.splitlines()
+    assert sum(line.startswith("mlit-xxs-") or line.startswith("checkpoint.pt") for line in table) == 8, proc.stdout
+    report = json.loads((tmp_path / "qs" / "bench.json").read_text())
+    by = {a["precision"] + "/" + a["format"]: a for a in report["artifacts"]}
+    assert set(by) == {"fp32/onnxruntime", "fp16/onnxruntime", "int8/onnxruntime", "fp32/torch"}
+    assert all(a["isolated"] and set(a["latency"]) == {"1", "4"} for a in report["artifacts"])
+    fp32 = by["fp32/onnxruntime"]["accuracy"]
+    assert fp32["agreement"] == 1.0 and min(fp32["routing_agreement"]) == 1.0 and fp32["max_abs_err"] < 1e-3
+    assert by["fp32/torch"]["accuracy"]["top1_delta"] == 0.0
+    assert 0.0 <= by["int8/onnxruntime"]["accuracy"]["top1"] <= 1.0
+    assert len(list((tmp_path / "cache").rglob("*.int8.onnx"))) == 1  # the calibration went to the user cache
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already holds 1 epochs, reusing it" in again.stderr
+    assert "reused the cached calibration" in again.stderr
