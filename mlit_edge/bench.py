@@ -10,6 +10,9 @@ Fidelity compares each artifact's logits with the reference's on the same prepro
 top-1 of both, prediction agreement, max/mean abs logit error, cosine similarity, and per-layer
 routing agreement (the share of tokens whose top-k expert set equals the reference's). ONNX
 artifacts have their routing recovered from their own TopK nodes, so every ONNX gets it.
+
+Memory: with `isolate` (the CLI's default) each artifact runs in a fresh interpreter, so the RSS it
+adds on load and holds after timing is its own, not memory an earlier artifact freed.
 """
 from __future__ import annotations
 
@@ -389,15 +392,12 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
             _close(reference)
     else:
         log("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
-    if cfg.isolate:
-        for entry in _bench_isolated(paths, cfg, images, labels, ref_logits, ref_routes):
-            report["artifacts"].append(entry)
-            report["rows"] += [_row(entry, int(b), stats) for b, stats in entry["latency"].items()]
-    else:
-        for path in paths:  # one artifact at a time, so each memory figure is its own
-            entry = bench_artifact(path, cfg, images, labels, ref_logits, ref_routes, log)
-            report["artifacts"].append(entry)
-            report["rows"] += [_row(entry, int(b), stats) for b, stats in entry["latency"].items()]
+    # one artifact at a time (each in its own process with cfg.isolate), so each memory figure is its own
+    entries = (_bench_isolated(paths, cfg, images, labels, ref_logits, ref_routes) if cfg.isolate else
+               (bench_artifact(p, cfg, images, labels, ref_logits, ref_routes, log) for p in paths))
+    for entry in entries:
+        report["artifacts"].append(entry)
+        report["rows"] += [_row(entry, int(b), stats) for b, stats in entry["latency"].items()]
     return report
 
 
@@ -453,7 +453,8 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
 _RUNTIME_MODULE = {".onnx": "onnxruntime", ".pt": "torch", ".pth": "torch"}
 
 
-def _bench_isolated(paths: list[str], cfg: BenchConfig, images, labels, ref_logits, ref_routes) -> list[dict]:
+def _bench_isolated(paths: list[str], cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
+                    ref_logits: np.ndarray | None, ref_routes: list[np.ndarray] | None) -> list[dict]:
     import subprocess
     import sys
     import tempfile
