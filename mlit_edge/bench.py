@@ -29,11 +29,11 @@ from typing import Callable
 
 import numpy as np
 
+from .engine import PLAN_SUFFIXES
 from .runners import OnnxRuntimeRunner, Runner, input_name, predict_all, static_batch
 
 PERCENTILES = (50, 90, 95, 99)
 SCHEMA = "mlit-edge-bench/1"
-PLAN_SUFFIXES = (".plan", ".engine", ".trt")
 ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 
 

@@ -265,7 +265,6 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
     record = read_sidecar(final)
 
     # 3. measure it: vs PyTorch where we have the model, and top-1 on the held-out split
-    extra = {}
     if model is not None and final != fp32:
         from .data import sample_images
         from .export import variant_parity
@@ -277,14 +276,12 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print) -> BuildRes
     dataset = (record.get("preprocess") or {}).get("dataset")
     if req.evaluate and dataset and not record.get("random_weights") and _has_torch():
         acc = evaluate_onnx(final, dataset, "test", req.data_root)
-        extra["accuracy"] = acc
-        write_sidecar(final, {**user_fields(read_sidecar(final)), "accuracy": acc})
+        record = write_sidecar(final, {**user_fields(record), "accuracy": acc})
         log(f"[3/4] top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): {acc['top1']:.4f}")
     else:
         why = ("random weights" if record.get("random_weights") else "no dataset recorded" if not dataset else
                "--no-eval" if not req.evaluate else "no torch here; the workstation's build measured it")
         log(f"[3/4] accuracy skipped ({why})")
-    record = read_sidecar(final)
 
     # 4. the engine
     if target == "onnxruntime":

@@ -105,8 +105,8 @@ def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> Calibrati
         h.update(part.tobytes())
     per_class = {ds.classes[int(c)]: int((labels[idx] == c).sum()) for c in np.unique(labels[idx])}
     manifest = {"format": "mlit-edge-calibration-manifest", "recipe": recipe.to_dict(), "dataset": ds.name,
-                "images": int(len(idx)), "split_size": len(labels), "per_class": per_class, "mean": list(ds.mean), "std": list(ds.std),
-                "indices": idx.tolist(), "sha256": h.hexdigest()}
+                "images": int(len(idx)), "split_size": len(labels), "per_class": per_class, "mean": list(ds.mean),
+                "std": list(ds.std), "indices": idx.tolist(), "sha256": h.hexdigest()}
     return CalibrationSet(normalize(pixels, ds.mean, ds.std), manifest)
 
 
@@ -201,13 +201,13 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
     cached = Path(cache_dir) / f"{key}.int8.onnx" if cache_dir else None
     if cached is not None and cached.is_file():
         try:
-            read_sidecar(cached)  # the cached file is intact
+            cached_record = read_sidecar(cached)  # the cached file is intact
         except (OSError, ValueError):
             pass
         else:
             with atomic_path(out) as tmp:
                 shutil.copyfile(cached, tmp)
-            record = {**user_fields(read_sidecar(cached, verify_hash=False)), "calibration_cache": str(cached)}
+            record = {**user_fields(cached_record), "calibration_cache": str(cached)}
             record["calibration"] = {**record["calibration"], **calib_info}
             write_sidecar(out, record)
             return record, True

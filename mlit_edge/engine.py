@@ -22,6 +22,7 @@ from pathlib import Path
 from .sidecar import atomic_path, read_sidecar, sha256_file, user_fields, write_sidecar
 
 TARGETS = ("tensorrt", "tensorrt-rtx")
+PLAN_SUFFIXES = (".plan", ".engine", ".trt")  # what trtexec and DeepStream users call serialized engines
 MODULES = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}
 
 
@@ -106,8 +107,8 @@ def local_env(target: str | None = None) -> DeviceEnv:
     trt = None
     if target:
         try:
-            trt = __import__(MODULES[target])
-        except ImportError:
+            trt = import_trt(target)
+        except RuntimeError:  # not installed: the env says "no TensorRT"
             trt = None
     name, cap, cuda = _cuda_props()
     l4t, jetpack = _jetson()
@@ -198,8 +199,7 @@ def write_plan(engine: bytes, out: str | Path, record: dict) -> dict:
     out = Path(out)
     with atomic_path(out) as tmp:
         tmp.write_bytes(engine)
-    write_sidecar(out, record)
-    return read_sidecar(out)
+    return write_sidecar(out, record)
 
 
 def engine_record(onnx_path: str | Path, result: dict, env: DeviceEnv, target: str, frontend: str = "onnx") -> dict:

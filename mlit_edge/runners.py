@@ -78,6 +78,7 @@ class OnnxRuntimeRunner(Runner):
         self.route_names: list[str] = []
         self.route_experts: list[int | None] = []
         self.session = None
+        self._outputs: list[str] = []
 
     def open(self) -> None:
         import onnxruntime as ort
@@ -98,6 +99,7 @@ class OnnxRuntimeRunner(Runner):
             self.session = ort.InferenceSession(model, opts, providers=providers)
         except Exception as e:  # ORT raises its own exception types for bad files
             raise ValueError(f"ONNX Runtime cannot load {self.path}: {str(e).splitlines()[0][:300]}") from None
+        self._outputs = [o.name for o in self.session.get_outputs()]  # fixed per session; infer is the hot path
 
     def close(self) -> None:
         self.session = None
@@ -108,11 +110,10 @@ class OnnxRuntimeRunner(Runner):
 
     @property
     def output_names(self) -> list[str]:
-        return [o.name for o in self.session.get_outputs()]
+        return self._outputs
 
     def infer(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = self.output_names
-        return dict(zip(names, self.session.run(names, dict(feed))))
+        return dict(zip(self._outputs, self.session.run(self._outputs, dict(feed))))
 
 
 def with_routing_outputs(src: str | Path):

@@ -20,9 +20,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .engine import PLAN_SUFFIXES
 from .preprocess import normalize, resize_images
 from .runners import predict_all
 from .sidecar import read_sidecar
+
 
 class InputError(ValueError):
     """Input the runtime will not classify: the message says what is wrong with it."""
@@ -85,7 +87,7 @@ class Classifier:
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
         suffix = path.suffix.lower()
-        if suffix in (".plan", ".engine"):
+        if suffix in PLAN_SUFFIXES:
             from .engine import verify_plan
             from .runners import TensorRTRunner
 

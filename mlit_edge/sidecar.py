@@ -60,15 +60,16 @@ def _umask() -> int:
     return mask
 
 
-def write_sidecar(artifact: str | Path, info: dict) -> Path:
-    """Write `artifact`.json with the artifact's sha256, size and the mlit-edge version added."""
+def write_sidecar(artifact: str | Path, info: dict) -> dict:
+    """Write `artifact`.json with the artifact's sha256, size and the mlit-edge version added; returns
+    the record as written (what `read_sidecar` would give back)."""
     artifact = Path(artifact)
     record = {"format": FORMAT, "mlit_edge_version": __version__, "artifact": artifact.name,
               "sha256": sha256_file(artifact), "bytes": artifact.stat().st_size, **info}
     path = sidecar_path(artifact)
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
-    return path
+    return record
 
 
 AUTO_FIELDS = ("format", "mlit_edge_version", "artifact", "sha256", "bytes")
