@@ -230,7 +230,7 @@ def _onnx_record(path: Path) -> dict:
 
 
 def open_artifact(path: str | Path, threads: int | None = None, providers: list[str] | None = None,
-                  cuda_graph: bool = False, device: str = "cpu") -> Artifact:
+                  cuda_graph: bool = False, device: str = "cpu", ort_arena: bool = True) -> Artifact:
     """Pick the runner from the file (and its sidecar) and open it, measuring the RSS its runner adds."""
     path = Path(path)
     if not path.exists():
@@ -248,12 +248,13 @@ def open_artifact(path: str | Path, threads: int | None = None, providers: list[
         loaded = rss_mb()
     elif suffix == ".onnx":
         record = _onnx_record(path)
-        runner = OnnxRuntimeRunner(path, threads=threads, providers=providers)
+        runner = OnnxRuntimeRunner(path, threads=threads, providers=providers, mem_arena=ort_arena)
         runner.open()
         loaded = rss_mb()
         precision = record.get("precision") or _onnx_precision(path)
         art = Artifact(path, "onnxruntime", precision, record, runner,
-                       routing_runner=OnnxRuntimeRunner(path, threads=threads, expose_routing=True))
+                       routing_runner=OnnxRuntimeRunner(path, threads=threads, expose_routing=True,
+                                                        mem_arena=ort_arena))
         if not record:
             art.notes.append(f"{path.name} has no sidecar: provenance unknown")
     elif suffix in (".pt", ".pth"):
@@ -346,6 +347,7 @@ class BenchConfig:
     data_root: str = "data"
     reference: str | None = None
     isolate: bool = False  # each artifact in its own fresh process (clean memory figures)
+    ort_arena: bool = True  # ONNX Runtime's CPU memory arena
 
 
 def _eval_images(data: str, split: str, root: str, limit: int | None):
@@ -379,6 +381,7 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
               "environment": environment(cfg.threads), "harness_overhead": harness_overhead(),
               "config": {"batches": list(cfg.batches), "warmup_ms": cfg.warmup_ms, "warmup_iters": cfg.warmup_iters,
                          "duration_s": cfg.duration_s, "iterations": cfg.iterations, "cuda_graph": cfg.cuda_graph,
+                         "ort_arena": cfg.ort_arena,
                          "data": data, "split": cfg.split, "reference": str(ref_path) if ref_path else None},
               "artifacts": [], "rows": []}
     ref_logits = ref_routes = labels = images = None
@@ -406,11 +409,13 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
                    log: Callable[[str], None] = print) -> dict:
     """Open one artifact, time each batch, then measure its accuracy and fidelity (when images are given)."""
     rng = np.random.default_rng(0)
-    art = open_artifact(path, cfg.threads, cfg.providers, cfg.cuda_graph)
+    art = open_artifact(path, cfg.threads, cfg.providers, cfg.cuda_graph, ort_arena=cfg.ort_arena)
     entry = {"artifact": str(art.path), "label": art.label, "format": art.format, "precision": art.precision,
              "size_mb": art.path.stat().st_size / 2 ** 20, "load_rss_mb": art.load_rss_mb,
              "device_mb": art.device_mb, "notes": art.notes, "accuracy": None, "latency": {},
              "isolated": cfg.isolate}
+    if art.format == "onnxruntime":  # as the session has it, not as asked
+        entry["ort_arena"] = bool(art.runner.session.get_session_options().enable_cpu_mem_arena)
     # timing first: the run memory is then the timed runner's alone, before the fidelity pass's session
     name = input_name(art.runner)
     fixed = static_batch(art.runner)
@@ -574,7 +579,8 @@ def format_table(report: dict) -> str:
     isolated = all(a.get("isolated") for a in report["artifacts"])
     lines.append("RSS MB load/run: resident memory the artifact added when loaded / holds after its timed runs "
                  + ("(each artifact in its own process; process peak in the JSON)" if isolated else
-                    "(in one process: later artifacts reuse freed memory, so theirs read low)"))
+                    "(in one process: later artifacts reuse freed memory, so theirs read low)")
+                 + ("; ONNX Runtime's CPU arena off" if cfg.get("ort_arena") is False else ""))
     for a in report["artifacts"]:
         if a.get("device_mb") is not None:
             lines.append(f"device memory: {a['label']}: {a['device_mb']:.1f} MB")

@@ -411,6 +411,9 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--ort-providers", default="cpu", show_default=True,
               help="ONNX Runtime execution providers in order: cpu, cuda, tensorrt (where installed).")
 @click.option("--cuda-graph", is_flag=True, help="TensorRT: replay each batch as a captured CUDA graph.")
+@click.option("--ort-arena/--no-ort-arena", default=True, show_default=True,
+              help="ONNX Runtime's CPU memory arena. It keeps what the largest batch needed; --no-ort-arena "
+                   "returns memory after each call, for some latency on large batches.")
 @click.option("--isolate/--in-process", default=True, show_default=True,
               help="Bench each artifact in its own fresh process, so its memory figures are its own; "
                    "--in-process is faster to start but lets later artifacts reuse memory freed by earlier ones.")
@@ -420,7 +423,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
               help="Write latency.png and accuracy_latency.png here.")
 @user_errors
 def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_ms, warmup_iters, duration,
-          iterations, threads, ort_providers, cuda_graph, isolate, json_path, plot_dir) -> None:
+          iterations, threads, ort_providers, cuda_graph, ort_arena, isolate, json_path, plot_dir) -> None:
     """Latency, memory, accuracy and fidelity of .plan/.onnx/.pt artifacts against the PyTorch reference.
 
     \b
@@ -441,7 +444,7 @@ def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_m
     cfg = BenchConfig(batches=batches, warmup_ms=warmup_ms, warmup_iters=warmup_iters,
                       duration_s=None if iterations else duration, iterations=iterations, threads=threads,
                       cuda_graph=cuda_graph, providers=[ORT_PROVIDERS[p] for p in names], data=data, split=split,
-                      limit=limit, data_root=data_root, reference=reference, isolate=isolate)
+                      limit=limit, data_root=data_root, reference=reference, isolate=isolate, ort_arena=ort_arena)
     report = run_bench(list(artifacts), cfg, log=lambda line: click.echo(line, err=True))
     click.echo(format_table(report))
     if json_path:

@@ -67,14 +67,17 @@ class TorchRunner(Runner):
 
 
 class OnnxRuntimeRunner(Runner):
-    """An ONNX file through ONNX Runtime (CPU by default; CUDA/TensorRT providers where installed)."""
+    """An ONNX file through ONNX Runtime (CPU by default; CUDA/TensorRT providers where installed).
+
+    `mem_arena=False` turns off ONNX Runtime's CPU memory arena, for memory-tight devices.
+    """
 
     name = "onnxruntime"
 
     def __init__(self, path: str | Path, threads: int | None = None, providers: list[str] | None = None,
-                 expose_routing: bool = False) -> None:
+                 expose_routing: bool = False, mem_arena: bool = True) -> None:
         self.path, self.threads, self.providers = Path(path), threads, providers
-        self.expose_routing = expose_routing
+        self.expose_routing, self.mem_arena = expose_routing, mem_arena
         self.route_names: list[str] = []
         self.route_experts: list[int | None] = []
         self.session = None
@@ -86,6 +89,9 @@ class OnnxRuntimeRunner(Runner):
         opts = ort.SessionOptions()
         if self.threads:
             opts.intra_op_num_threads = self.threads
+        # the CPU arena keeps what the largest batch needed; without it memory goes back after each call,
+        # which costs some latency on large batches (README, "Bench")
+        opts.enable_cpu_mem_arena = self.mem_arena
         opts.log_severity_level = 3
         available = ort.get_available_providers()
         providers = [p for p in (self.providers or ["CPUExecutionProvider"]) if p in available]

@@ -81,8 +81,13 @@ class Classifier:
         self.classes: list[str] = list(record["classes"])
 
     @classmethod
-    def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True) -> "Classifier":
-        """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar."""
+    def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True,
+             ort_arena: bool = True) -> "Classifier":
+        """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar.
+
+        `ort_arena=False` turns ONNX Runtime's CPU memory arena off: large batches then give their memory
+        back after each call, at some latency cost (README, "Bench").
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
@@ -101,7 +106,7 @@ class Classifier:
 
             record = read_sidecar(path)  # FileNotFoundError without one, ValueError when tampered
             fixed = record.get("batch") if isinstance(record.get("batch"), int) else None
-            runner = OnnxRuntimeRunner(path, threads=threads)
+            runner = OnnxRuntimeRunner(path, threads=threads, mem_arena=ort_arena)
             max_batch = fixed or 64
         else:
             raise ValueError(f"{path}: expected a .plan or .onnx artifact")

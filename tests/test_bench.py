@@ -131,6 +131,17 @@ def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(tri
     assert "each artifact in its own process" in format_table(iso)
 
 
+def test_ort_arena_switch_reaches_the_session_and_changes_no_output(trio):
+    ckpt, good, _ = trio
+    on = run_bench([str(good)], replace(FAST, reference=str(ckpt)), log=lambda _: None)
+    off = run_bench([str(good)], replace(FAST, reference=str(ckpt), ort_arena=False, isolate=True),
+                    log=lambda _: None)
+    assert on["artifacts"][0]["ort_arena"] is True and off["artifacts"][0]["ort_arena"] is False  # child's session
+    assert on["artifacts"][0]["accuracy"] == off["artifacts"][0]["accuracy"]
+    assert off["config"]["ort_arena"] is False and "CPU arena off" in format_table(off)
+    assert "CPU arena off" not in format_table(on)
+
+
 def test_isolated_bench_reports_a_child_failure_in_one_line(trio, tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not an onnx model")

@@ -108,6 +108,14 @@ def test_predictions_equal_the_bench_onnxruntime_predictions(model_onnx):
     assert preds[0].name == str(preds[0].class_id) and 0 < preds[0].prob <= 1
 
 
+def test_arena_off_predicts_the_same(model_onnx):
+    x = np.random.default_rng(0).integers(0, 256, (64, 28, 28, 3), dtype=np.uint8)
+    with Classifier.load(model_onnx) as on, Classifier.load(model_onnx, ort_arena=False) as off:
+        assert on.runner.session.get_session_options().enable_cpu_mem_arena
+        assert not off.runner.session.get_session_options().enable_cpu_mem_arena
+        assert np.array_equal(on.logits(on.preprocess(x)), off.logits(off.preprocess(x)))
+
+
 def test_bad_input_is_a_clear_error_and_the_classifier_survives(model_onnx, tmp_path):
     good = png(tmp_path / "ok.png", np.full((20, 30, 3), 128, np.uint8))
     corrupt = tmp_path / "broken.png"
