@@ -116,6 +116,16 @@ def get_config(name: str, **overrides) -> MLiTConfig:
     return SIZES[key].replace(**overrides) if overrides else SIZES[key]
 
 
+def size_label(name: str, cfg: MLiTConfig) -> str:
+    """The name a run's checkpoint and artifacts carry: the registered size, or `<size>-custom` when
+    `cfg` differs from it in more than the head (e.g. after `--set`), so the files do not pass for it."""
+    key = name.lower().removesuffix("-custom")
+    base = SIZES.get(key)
+    if base is None:
+        return name
+    return key if cfg.replace(num_classes=base.num_classes) == base else f"{key}-custom"
+
+
 @dataclass(frozen=True)
 class MAEConfig:
     """mmLiT: masked auto-encoder pre-training around an mLiT encoder."""

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import checkpoint as ck
-from .config import MAEConfig, MLiTConfig, get_config
+from .config import MAEConfig, MLiTConfig, get_config, size_label
 from .data import ImageSet, Loader, load_dataset
 from .distributed import Dist, barrier, gather_objects, init_distributed, shutdown
 from .train import ExpertCounter, evaluate, lr_at, param_groups, scaled_lr, train_one_epoch
@@ -85,13 +85,13 @@ def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, ML
         pre = ck.load_checkpoint(run.init_from, kind="mmlit")
         enc = ck.config_from_dict("mmlit", pre["config"]).encoder
         model = classifier_from_mae(pre["model"], enc, classes, **run.overrides)
-        return model, "mlit", model.cfg, pre.get("size") or run.size
+        return model, "mlit", model.cfg, size_label(pre.get("size") or run.size, model.cfg)
     if run.task == "pretrain":
         enc = get_config(run.size, num_classes=0, **run.overrides)
         cfg = MAEConfig(encoder=enc) if run.mask_ratio is None else MAEConfig(encoder=enc, mask_ratio=run.mask_ratio)
-        return MMLiT(cfg), "mmlit", cfg, run.size
+        return MMLiT(cfg), "mmlit", cfg, size_label(run.size, enc)
     cfg = get_config(run.size, num_classes=classes, **run.overrides)
-    return MLiT(cfg), "mlit", cfg, run.size
+    return MLiT(cfg), "mlit", cfg, size_label(run.size, cfg)
 
 
 def _check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Path) -> None:

@@ -1,6 +1,6 @@
 import pytest
 
-from mlit_edge.config import PAPER_PARAMS, SIZES, MAEConfig, MLiTConfig, get_config
+from mlit_edge.config import PAPER_PARAMS, SIZES, MAEConfig, MLiTConfig, get_config, size_label
 from mlit_edge.model import count_parameters, create_model
 
 # NOTES.md lists these per-layer hidden sizes; they follow from Eq. 2 of the paper.
@@ -71,3 +71,12 @@ def test_invalid_configs_are_refused(bad):
 def test_mae_config_needs_headless_encoder():
     with pytest.raises(ValueError, match="num_classes=0"):
         MAEConfig(encoder=get_config("xxs"))
+
+
+def test_size_label_marks_a_changed_model_as_custom():
+    assert size_label("XS", get_config("xs", num_classes=10)) == "xs"  # another head is still XS
+    assert size_label("xxs", get_config("xxs", num_classes=0)) == "xxs"  # a headless MAE encoder too
+    assert size_label("xxs", get_config("xxs", num_classes=10, top_k=1)) == "xxs-custom"
+    assert size_label("xxs-custom", get_config("xxs", num_classes=10, top_k=1)) == "xxs-custom"
+    assert size_label("xxs-custom", get_config("xxs", num_classes=10)) == "xxs"  # fine-tuned back to the size
+    assert size_label("mine", get_config("s")) == "mine"  # not a registered size: left as it is

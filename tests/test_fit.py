@@ -143,6 +143,7 @@ def test_existing_run_is_not_overwritten_and_wrong_resume_is_refused(tmp_path):
     run = tmp_path / "run"
     cli("train", *TINY, "--epochs", "1", "--batch-size", "500", "--no-progress", "--out", run, timeout=600)
     before = (run / "checkpoint.pt").read_bytes()
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["size"] == "xxs-custom"  # --set changed the model
     proc = cli("train", *TINY, "--epochs", "1", "--out", run, check=False)
     assert proc.returncode != 0 and "--resume" in proc.stderr
     proc = cli("train", "--epochs", "1", "--out", run, "--resume", check=False)  # a different (real-size) model
