@@ -39,3 +39,19 @@ def test_help_explains_commands():
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0 and "info" in result.output
     assert "MACs" in CliRunner().invoke(main, ["info", "--help"]).output
+
+
+def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
+    """The README's fresh-machine commands: exactly two, the main job and the tests, and `.ci/run`
+    runs the test command verbatim (so CI tests what the README tells users to run)."""
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    readme = root.joinpath("README.md").read_text()
+    setup = readme.split("## Set-up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    commands = [line for line in setup.splitlines() if line.startswith("python3 -m venv")]
+    assert len(commands) == 2, commands
+    main_job, tests = commands
+    assert main_job.endswith("mlit-edge quickstart") and tests.endswith("python -m pytest")
+    ci = [line for line in root.joinpath(".ci/run").read_text().splitlines() if not line.startswith("#")]
+    assert tests in ci
