@@ -5,9 +5,9 @@ so this module imports anywhere. The network is strongly typed: precision comes 
 casts, INT8 Q/DQ), never from builder flags. The `.plan` stays raw so trtexec and DeepStream load it;
 its `.plan.json` sidecar records what it was built from, with what, and for which device.
 
-`load_engine` checks, in this order and before TensorRT deserializes anything: the plan's sha256
-against the sidecar, the TensorRT module and version, and the GPU's compute capability. A mismatch
-is one line that says how to rebuild.
+`load_engine` reads the plan once and checks, in this order and before TensorRT deserializes those
+same bytes: their sha256 against the sidecar, the TensorRT module and version, and the GPU's compute
+capability. A mismatch is one line that says how to rebuild.
 """
 from __future__ import annotations
 
@@ -247,14 +247,15 @@ def check_compatible(record: dict, env: DeviceEnv) -> None:
                           f"{rebuild_hint(record)}")
 
 
-def verify_plan(plan: str | Path, env: DeviceEnv | None = None) -> dict:
+def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes | None = None) -> dict:
     """The plan's sidecar record once the plan is proven intact and runnable here (nothing is
-    deserialized). Every refusal is an EngineError or FileNotFoundError with one line."""
+    deserialized). `content`: the plan's bytes as they will be deserialized, hashed instead of the
+    file. Every refusal is an EngineError or FileNotFoundError with one line."""
     plan = Path(plan)
     if not plan.is_file():
         raise FileNotFoundError(f"{plan} does not exist")
     try:
-        record = read_sidecar(plan)
+        record = read_sidecar(plan, content=content)
     except ValueError as e:
         raise EngineError(str(e)) from None
     if record.get("kind") != "tensorrt-engine":
@@ -269,10 +270,12 @@ def load_engine(plan: str | Path, env: DeviceEnv | None = None):
 
     Returns (engine, sidecar record).
     """
-    record = verify_plan(plan, env)
+    plan = Path(plan)
+    content = plan.read_bytes() if plan.is_file() else None  # one read: the bytes hashed are the bytes loaded
+    record = verify_plan(plan, env, content)
     trt = import_trt(record.get("target", "tensorrt"))
     runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
-    engine = runtime.deserialize_cuda_engine(Path(plan).read_bytes())
+    engine = runtime.deserialize_cuda_engine(content)
     if engine is None:
         raise EngineError(f"TensorRT could not deserialize {plan}; {rebuild_hint(record)}")
     return engine, record

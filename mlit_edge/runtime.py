@@ -70,6 +70,13 @@ def _check_array(a: np.ndarray, where: str) -> np.ndarray:
     return a
 
 
+def _check_classifier_record(path: Path, record: dict) -> None:
+    missing = [k for k in ("classes", "preprocess") if not record.get(k)]
+    if missing or not {"mean", "std"} <= set(record.get("preprocess") or {}):
+        raise ValueError(f"{path.name}.json lacks {missing or ['preprocess.mean/std']}: not an mlit-edge "
+                         "classifier sidecar; rebuild the artifact with mlit-edge build")
+
+
 class Classifier:
     """An mLiT artifact plus its recorded preprocessing and class names."""
 
@@ -93,28 +100,32 @@ class Classifier:
             raise FileNotFoundError(f"{path} does not exist")
         suffix = path.suffix.lower()
         if suffix in PLAN_SUFFIXES:
-            from .engine import verify_plan
             from .runners import TensorRTRunner
 
-            record = verify_plan(path)  # sha256, TensorRT version, GPU: before anything is deserialized
+            runner = TensorRTRunner(path)
+            # load_engine verifies the bytes it then deserializes (sha256, TensorRT version, GPU): one read
+            runner.open()
+            record = runner.record
+            try:
+                _check_classifier_record(path, record)
+            except ValueError:
+                runner.close()
+                raise
             profile = (record.get("engine") or {}).get("flags", {}).get("profile", {})
             fixed = profile.get("static")
-            runner = TensorRTRunner(path, cuda_graph=cuda_graph and fixed is not None)  # graphs need static shapes
+            runner.cuda_graph = cuda_graph and fixed is not None  # graphs need static shapes
             max_batch = fixed or int(profile.get("max", 1))
         elif suffix == ".onnx":
             from .runners import OnnxRuntimeRunner
 
             record = read_sidecar(path)  # FileNotFoundError without one, ValueError when tampered
+            _check_classifier_record(path, record)
             fixed = record.get("batch") if isinstance(record.get("batch"), int) else None
             runner = OnnxRuntimeRunner(path, threads=threads, mem_arena=ort_arena)
+            runner.open()
             max_batch = fixed or 64
         else:
             raise ValueError(f"{path}: expected a .plan or .onnx artifact")
-        missing = [k for k in ("classes", "preprocess") if not record.get(k)]
-        if missing or not {"mean", "std"} <= set(record.get("preprocess") or {}):
-            raise ValueError(f"{path.name}.json lacks {missing or ['preprocess.mean/std']}: not an mlit-edge "
-                             "classifier sidecar; rebuild the artifact with mlit-edge build")
-        runner.open()
         return cls(runner, record, path, max_batch, fixed)
 
     def close(self) -> None:

@@ -80,8 +80,12 @@ def user_fields(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in AUTO_FIELDS}
 
 
-def read_sidecar(artifact: str | Path, verify_hash: bool = True) -> dict:
-    """The sidecar of `artifact`, checked to belong to it (sha256) unless `verify_hash` is off."""
+def read_sidecar(artifact: str | Path, verify_hash: bool = True, content: bytes | None = None) -> dict:
+    """The sidecar of `artifact`, checked to belong to it (sha256) unless `verify_hash` is off.
+
+    With `content` (the artifact's bytes as the caller will use them) those bytes are hashed instead
+    of the file, so what was checked is exactly what gets loaded.
+    """
     artifact = Path(artifact)
     path = sidecar_path(artifact)
     if not path.is_file():
@@ -92,7 +96,9 @@ def read_sidecar(artifact: str | Path, verify_hash: bool = True) -> dict:
         raise ValueError(f"sidecar {path} is not valid JSON ({e.msg}); rebuild the artifact") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ValueError(f"{path} is not an mlit-edge sidecar")
-    if verify_hash and record.get("sha256") != sha256_file(artifact):
-        raise ValueError(f"{artifact} does not match its sidecar (sha256 differs): the file was changed or "
-                         "replaced; rebuild it with mlit-edge")
+    if verify_hash:
+        digest = hashlib.sha256(content).hexdigest() if content is not None else sha256_file(artifact)
+        if record.get("sha256") != digest:
+            raise ValueError(f"{artifact} does not match its sidecar (sha256 differs): the file was changed or "
+                             "replaced; rebuild it with mlit-edge")
     return record

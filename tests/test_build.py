@@ -163,6 +163,42 @@ def test_tampered_plan_is_refused_before_deserializing(tmp_path):
         load_engine(plan, env=ORIN)
 
 
+def test_load_engine_deserializes_the_very_bytes_it_verified(tmp_path, monkeypatch):
+    """One read: the plan is hashed from the bytes handed to TensorRT, so a file swapped after the check
+    cannot slip through. TensorRT itself is faked; only what load_engine gives it is looked at."""
+    import pathlib
+    import types
+
+    import mlit_edge.engine as engine_mod
+    import mlit_edge.sidecar as sidecar_mod
+
+    plan = fake_plan(tmp_path)
+    given = []
+
+    class Runtime:
+        def __init__(self, logger):
+            pass
+
+        def deserialize_cuda_engine(self, data):
+            given.append(data)
+            return object()
+
+    class Logger:
+        ERROR = 0
+
+        def __init__(self, level):
+            pass
+
+    monkeypatch.setattr(engine_mod, "import_trt", lambda target: types.SimpleNamespace(Runtime=Runtime, Logger=Logger))
+    looks = []
+    real_read_bytes, real_sha = pathlib.Path.read_bytes, sidecar_mod.sha256_file
+    monkeypatch.setattr(pathlib.Path, "read_bytes", lambda self: looks.append(self.name) or real_read_bytes(self))
+    monkeypatch.setattr(sidecar_mod, "sha256_file", lambda path, *a: looks.append(Path(path).name) or real_sha(path))
+    engine, record = load_engine(plan, env=ORIN)
+    assert given == [real_read_bytes(plan)] and record["precision"] == "fp16"
+    assert looks.count("m.plan") == 1  # hashed from the bytes TensorRT got, not from a second look at the file
+
+
 @pytest.mark.parametrize("local, words", [
     (replace(ORIN, trt_version="10.7.0"), "built with tensorrt 10.3.0; this machine has tensorrt 10.7.0"),
     (replace(ORIN, trt_module=None, trt_version=None), "this machine has no TensorRT"),
