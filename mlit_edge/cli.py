@@ -461,7 +461,7 @@ def bench(artifacts, reference, data, split, limit, data_root, batches, warmup_m
               help="Folder for the run, the artifacts and bench.json.")
 @SIZE
 @click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--batch", "batches", default="1,8", show_default=True, callback=_int_list,
               help="Batch sizes to time.")

@@ -16,7 +16,7 @@ from .bench import format_table
 from .build import BuildRequest, run_build
 
 
-def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: int = 4, batch_size: int = 32,
+def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: int = 4, batch_size: int = 16,
                    lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 1.0,
                    progress: bool = True, calib_cache: str | None = None, overrides: dict | None = None,
                    log: Callable[[str], None] = print) -> dict:
