@@ -395,10 +395,18 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
             _close(reference)
     else:
         log("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
+    provenance = _reference_match(peeks, ref_path) if ref_logits is not None else {}
+    for p, (_, note) in provenance.items():
+        if note:
+            log(f"note: {Path(p).name}: {note}")
     # one artifact at a time (each in its own process with cfg.isolate), so each memory figure is its own
     entries = (_bench_isolated(paths, cfg, images, labels, ref_logits, ref_routes) if cfg.isolate else
                (bench_artifact(p, cfg, images, labels, ref_logits, ref_routes, log) for p in paths))
-    for entry in entries:
+    for p, entry in zip(paths, entries):
+        match, note = provenance.get(p, (None, None))
+        entry["reference_match"] = match
+        if note:
+            entry["notes"].append(note)
         report["artifacts"].append(entry)
         report["rows"] += [_row(entry, int(b), stats) for b, stats in entry["latency"].items()]
     return report
@@ -519,6 +527,37 @@ def _close(art: Artifact) -> None:
         if r is not None:
             r.close()
     gc.collect()
+
+
+def _reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bool | None, str | None]]:
+    """Per artifact: whether it was built from the reference checkpoint (by sha256; None when its sidecar
+    does not say), and a note when not, since its agreement and routing then compare two different models."""
+    from .sidecar import sha256_file
+
+    if Path(ref_path).suffix.lower() not in (".pt", ".pth"):
+        return {}
+    ref_sha = sha256_file(ref_path)
+    out: dict[str, tuple[bool | None, str | None]] = {}
+    for p, rec in peeks.items():
+        if p == ref_path:
+            out[p] = (True, None)
+            continue
+        if Path(p).suffix.lower() in (".pt", ".pth"):
+            sha = sha256_file(p)
+        elif rec.get("random_weights"):
+            out[p] = (False, "random weights (built without a checkpoint): agreement with the reference is "
+                             "meaningless")
+            continue
+        else:
+            sha = rec.get("checkpoint_sha256")
+        if sha is None:
+            out[p] = (None, None)
+        elif sha == ref_sha:
+            out[p] = (True, None)
+        else:
+            out[p] = (False, f"built from {rec.get('checkpoint') or p} (sha256 {sha[:12]}), not from the reference "
+                             f"{ref_path} ({ref_sha[:12]}): agreement and routing compare two different models")
+    return out
 
 
 def _peek(path: str) -> dict:

@@ -112,6 +112,22 @@ def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     assert t["max_abs_err"] == 0.0 and t["cosine"] == 1.0 and t["routing_agreement"] == [1.0, 1.0, 1.0]
 
 
+def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_path):
+    ckpt, good, _ = trio
+    other_model = tiny(seed=1)
+    other = export(other_model, tmp_path / "other.onnx", save_ckpt(other_model, tmp_path / "other.pt"))
+    random = export(tiny(seed=2), tmp_path / "random.onnx", None)
+    lines = []
+    report = run_bench([str(good), str(other), str(random), str(ckpt)], replace(FAST, batches=(1,)), log=lines.append)
+    match = {a["label"]: a["reference_match"] for a in report["artifacts"]}
+    assert match == {"good.onnx": True, "other.onnx": False, "random.onnx": False, "ref.pt": True}
+    notes = {a["label"]: " ".join(a["notes"]) for a in report["artifacts"]}
+    assert "compare two different models" in notes["other.onnx"] and "other.pt" in notes["other.onnx"]
+    assert "random weights" in notes["random.onnx"] and "different models" not in notes["good.onnx"]
+    assert any("other.onnx" in line and "different models" in line for line in lines)  # said before measuring
+    assert "note: other.onnx: built from" in format_table(report)
+
+
 def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(trio):
     """Each artifact in its own process: the same accuracy and fidelity as in one process, and every
     artifact's load memory is its own (in one process later ones reuse memory freed by earlier ones)."""
