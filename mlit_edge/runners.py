@@ -75,9 +75,10 @@ class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
 
     def __init__(self, path: str | Path, threads: int | None = None, providers: list[str] | None = None,
-                 expose_routing: bool = False, mem_arena: bool = True) -> None:
+                 expose_routing: bool = False, mem_arena: bool = True, content: bytes | None = None) -> None:
         self.path, self.threads, self.providers = Path(path), threads, providers
         self.expose_routing, self.mem_arena = expose_routing, mem_arena
+        self._content = content  # the file's bytes, already verified by the caller: loaded instead of the path
         self.route_names: list[str] = []
         self.route_experts: list[int | None] = []
         self.session = None
@@ -97,9 +98,10 @@ class OnnxRuntimeRunner(Runner):
         providers = [p for p in (self.providers or ["CPUExecutionProvider"]) if p in available]
         if not providers:
             raise RuntimeError(f"none of the providers {self.providers} is available (have {available})")
-        model = str(self.path)
+        model = self._content if self._content is not None else str(self.path)
+        self._content = None  # the session holds its own copy
         if self.expose_routing:
-            proto, self.route_names, self.route_experts = with_routing_outputs(self.path)
+            proto, self.route_names, self.route_experts = with_routing_outputs(model)
             model = proto.SerializeToString()
         try:
             self.session = ort.InferenceSession(model, opts, providers=providers)
@@ -122,12 +124,13 @@ class OnnxRuntimeRunner(Runner):
         return dict(zip(self._outputs, self.session.run(self._outputs, dict(feed))))
 
 
-def with_routing_outputs(src: str | Path):
-    """The ONNX model with every TopK's indices added as graph outputs (routing recovered from the graph
-    itself), their names, and each TopK's expert count (None where shape inference cannot tell)."""
+def with_routing_outputs(src: str | Path | bytes):
+    """The ONNX model (a path or its bytes) with every TopK's indices added as graph outputs (routing
+    recovered from the graph itself), their names, and each TopK's expert count (None where shape
+    inference cannot tell)."""
     import onnx
 
-    model = onnx.load(str(src))
+    model = onnx.load_from_string(src) if isinstance(src, bytes) else onnx.load(str(src))
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in inferred.graph.value_info}

@@ -118,10 +118,11 @@ class Classifier:
         elif suffix == ".onnx":
             from .runners import OnnxRuntimeRunner
 
-            record = read_sidecar(path)  # FileNotFoundError without one, ValueError when tampered
+            content = path.read_bytes()  # one read: the bytes hashed are the bytes loaded
+            record = read_sidecar(path, content=content)  # FileNotFoundError without one, ValueError when tampered
             _check_classifier_record(path, record)
             fixed = record.get("batch") if isinstance(record.get("batch"), int) else None
-            runner = OnnxRuntimeRunner(path, threads=threads, mem_arena=ort_arena)
+            runner = OnnxRuntimeRunner(path, threads=threads, mem_arena=ort_arena, content=content)
             runner.open()
             max_batch = fixed or 64
         else:

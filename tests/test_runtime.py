@@ -108,6 +108,23 @@ def test_predictions_equal_the_bench_onnxruntime_predictions(model_onnx):
     assert preds[0].name == str(preds[0].class_id) and 0 < preds[0].prob <= 1
 
 
+def test_onnx_is_loaded_from_the_bytes_its_sidecar_verified(model_onnx, monkeypatch):
+    """One read of the .onnx: ONNX Runtime gets the bytes whose sha256 was checked, not a second read
+    of a file that could have been swapped in between."""
+    import onnxruntime
+
+    import mlit_edge.sidecar as sidecar_mod
+
+    hashed_files, sources = [], []
+    real_session = onnxruntime.InferenceSession
+    monkeypatch.setattr(sidecar_mod, "sha256_file", lambda path, *a: hashed_files.append(path))
+    monkeypatch.setattr(onnxruntime, "InferenceSession",
+                        lambda model, *a, **k: sources.append(model) or real_session(model, *a, **k))
+    with Classifier.load(model_onnx) as clf:
+        assert clf.predict([np.zeros((28, 28, 3), np.uint8)])[0].prob > 0
+    assert hashed_files == [] and sources == [model_onnx.read_bytes()]
+
+
 def test_arena_off_predicts_the_same(model_onnx):
     x = np.random.default_rng(0).integers(0, 256, (64, 28, 28, 3), dtype=np.uint8)
     with Classifier.load(model_onnx) as on, Classifier.load(model_onnx, ort_arena=False) as off:
