@@ -530,27 +530,18 @@ def _close(art: Artifact) -> None:
 
 
 def _reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bool | None, str | None]]:
-    """Per artifact: whether it was built from the reference checkpoint (by sha256; None when its sidecar
+    """Per artifact: whether it was built from the reference checkpoint (by sha256; None when its record
     does not say), and a note when not, since its agreement and routing then compare two different models."""
-    from .sidecar import sha256_file
-
-    if Path(ref_path).suffix.lower() not in (".pt", ".pth"):
+    ref_sha = peeks[ref_path].get("checkpoint_sha256") if Path(ref_path).suffix.lower() in (".pt", ".pth") else None
+    if ref_sha is None:
         return {}
-    ref_sha = sha256_file(ref_path)
     out: dict[str, tuple[bool | None, str | None]] = {}
     for p, rec in peeks.items():
-        if p == ref_path:
-            out[p] = (True, None)
-            continue
-        if Path(p).suffix.lower() in (".pt", ".pth"):
-            sha = sha256_file(p)
-        elif rec.get("random_weights"):
+        sha = rec.get("checkpoint_sha256")
+        if rec.get("random_weights"):
             out[p] = (False, "random weights (built without a checkpoint): agreement with the reference is "
                              "meaningless")
-            continue
-        else:
-            sha = rec.get("checkpoint_sha256")
-        if sha is None:
+        elif sha is None:
             out[p] = (None, None)
         elif sha == ref_sha:
             out[p] = (True, None)
@@ -564,11 +555,16 @@ def _peek(path: str) -> dict:
     """An artifact's sidecar record without opening it ({} when it has none)."""
     p = Path(path)
     if p.suffix.lower() in (".pt", ".pth"):
+        import hashlib
+        import io
+
         import torch
 
         try:
-            ckpt = torch.load(p, map_location="cpu", weights_only=True)
-            return {"checkpoint": str(p), "preprocess": {"dataset": ckpt["data"]["name"]}}
+            data = p.read_bytes()  # one read for the dataset name and the hash the provenance check compares
+            ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            return {"checkpoint": str(p), "checkpoint_sha256": hashlib.sha256(data).hexdigest(),
+                    "preprocess": {"dataset": ckpt["data"]["name"]}}
         except Exception:  # a bad checkpoint is reported when it is opened
             return {}
     from .sidecar import read_sidecar
