@@ -20,11 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlit_edge.deploy import to_deploy
-from mlit_edge.export import export_onnx, load_for_export
-from mlit_edge.info import model_stats
-from mlit_edge.precision import to_fp16, to_int8
-from mlit_edge.runners import OnnxRuntimeRunner, TorchRunner
+from mlit_edge.export.static import to_deploy
+from mlit_edge.export.onnx_export import export_onnx
+from mlit_edge.export.source import load_for_export
+from mlit_edge.model.info import model_stats
+from mlit_edge.export.precision import to_fp16, to_int8
+from mlit_edge.export.torch_runner import TorchRunner
+from mlit_edge.runtime.runners import OnnxRuntimeRunner
 
 
 class SparseReference(torch.nn.Module):
@@ -59,9 +61,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     calib = rng.standard_normal((64, 3, 36, 36)).astype(np.float32)
     to_int8(onnx32, work / "m.int8.onnx", calib, {"name": "gaussian noise (latency only)"})
+    shape = (None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     stages = {
-        "torch eager, sparse MoE": TorchRunner(SparseReference(model), ["logits"], threads=args.threads),
-        "torch to_deploy": TorchRunner(to_deploy(model), ["logits"], threads=args.threads),
+        "torch eager, sparse MoE": TorchRunner(SparseReference(model), ["logits"], shape, threads=args.threads),
+        "torch to_deploy": TorchRunner(to_deploy(model), ["logits"], shape, threads=args.threads),
         "onnxruntime fp32": OnnxRuntimeRunner(onnx32, threads=args.threads),
         "onnxruntime fp16": OnnxRuntimeRunner(work / "m.fp16.onnx", threads=args.threads),
         "onnxruntime int8": OnnxRuntimeRunner(work / "m.int8.onnx", threads=args.threads),

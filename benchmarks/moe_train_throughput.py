@@ -19,8 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mlit_edge.model import create_model
-from mlit_edge.moe import MoE
+from mlit_edge.model.mlit import create_model
+from mlit_edge.model.moe import MoE
 
 
 def step_time(model, opt, x, y, sparse: bool) -> float:

@@ -17,7 +17,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlit_edge.bench import percentile, rss_mb  # noqa: E402
+from mlit_edge.bench.host import rss_mb  # noqa: E402
+from mlit_edge.bench.stats import percentile  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
 
 

@@ -1,14 +1,16 @@
 """mlit-edge: very small mixture-of-experts vision transformers (mLiT, mmLiT) for edge GPUs.
 
-The package imports without torch: the models load on first use of their names, so the embedded
-runtime (`mlit_edge.runtime`) runs on a device that has numpy and TensorRT or ONNX Runtime only.
+The folders are the pipeline: `model` -> `train` -> `export` -> `engine` -> `bench`, each importing
+only from the stages before it and from `runtime`, the torch-free floor that a device installs
+alone. The package imports without torch: the models load on first use of their names.
 """
 from importlib import import_module
 
 __version__ = "0.1.0"
 
-_LAZY = {"MAEConfig": "config", "MLiTConfig": "config", "SIZES": "config", "get_config": "config",
-         "MLiT": "model", "create_model": "model", "MMLiT": "mae", "classifier_from_mae": "mae"}
+_LAZY = {"MAEConfig": "model.config", "MLiTConfig": "model.config", "SIZES": "model.config",
+         "get_config": "model.config", "MLiT": "model.mlit", "create_model": "model.mlit", "MMLiT": "model.mae",
+         "classifier_from_mae": "model.mae"}
 
 __all__ = [*_LAZY, "__version__"]
 

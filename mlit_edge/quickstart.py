@@ -12,9 +12,6 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .bench import format_table
-from .build import BuildRequest, run_build
-
 
 def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: int = 4, batch_size: int = 16,
                    lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 1.0,
@@ -24,25 +21,26 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: in
 
     `overrides` are MLiTConfig fields, as `train --set` takes them.
     """
-    import torch
-
-    from .fit import RunConfig, fit
+    from .engine.build import BuildRequest, run_build
+    from .export.source import load_for_export
+    from .train.checkpoint import load_checkpoint
+    from .train.fit import RunConfig, fit
 
     out = Path(out)
     run_dir = out / "run"
     ckpt = run_dir / "checkpoint.pt"
-    done = ckpt.is_file() and torch.load(ckpt, weights_only=True, map_location="cpu").get("epoch") == epochs
-    if done:
+    if ckpt.is_file() and load_checkpoint(ckpt).get("epoch") == epochs:
         log(f"== 1/3 train: {ckpt} already holds {epochs} epochs, reusing it")
     else:
         log(f"== 1/3 train mLiT-{size.upper()} on the embedded MNIST digits for {epochs} epochs (CPU is fine)")
         fit(RunConfig(task="train", size=size, data="mnist5k", out=str(run_dir), epochs=epochs, batch_size=batch_size,
                       lr=lr, resume=ckpt.is_file(), progress=progress, overrides=dict(overrides or {})), log=log)
+    source = load_for_export(str(ckpt), None)  # one read of the checkpoint for the three builds
     artifacts = []
     for precision in ("fp32", "fp16", "int8"):
         log(f"== 2/3 build {precision}")
         result = run_build(BuildRequest(precision=precision, checkpoint=str(ckpt), out=str(out / "artifacts"),
-                                        calib_cache=calib_cache), log=log)
+                                        calib_cache=calib_cache), log=log, source=source)
         artifacts.append(str(result.artifact))
     log("== 3/3 bench the artifacts against the PyTorch checkpoint (each in a fresh process, so memory figures "
         "are each artifact's own)")
@@ -52,8 +50,4 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: in
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the bench step failed (exit {proc.returncode}); rerun it alone: {' '.join(cmd)}")
-    report = json.loads(report_path.read_text())
-    return report
-
-
-__all__ = ["format_table", "run_quickstart"]
+    return json.loads(report_path.read_text())

@@ -1,0 +1,25 @@
+"""The `mlit-edge` command line: each command parses its options and calls one function of its stage.
+
+Bad input ends in a one-line error and a non-zero exit. Options carry the names of the request
+dataclass fields they fill, and the dataclasses validate them. The commands live with their stage:
+`train` (info, train, pretrain, finetune, eval, quickstart), `deploy` (export, build, check) and
+`run` (bench, predict, serve); nothing here imports torch until a command that needs it runs.
+"""
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .deploy import build, check_cmd, export
+from .run import bench, predict, serve
+from .train import eval_, finetune, info, pretrain, quickstart, train
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mlit-edge")
+def main() -> None:
+    """mlit-edge: train, convert, build and benchmark mLiT vision transformers for edge GPUs."""
+
+
+for command in (info, train, pretrain, finetune, eval_, export, build, bench, quickstart, predict, serve, check_cmd):
+    main.add_command(command)

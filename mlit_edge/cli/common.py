@@ -1,0 +1,72 @@
+"""What every command shares: option callbacks, the one-line error wrapper, the progress log."""
+from __future__ import annotations
+
+import sys
+from functools import wraps
+
+import click
+
+from ..export import DEFAULT_OPSET, OPSETS
+from ..model.config import SIZES, parse_overrides
+
+USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
+TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
+
+
+def check_size(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:
+    if value is not None and value.lower() not in SIZES:
+        raise click.ClickException(f"unknown model size {value!r}; valid sizes: {', '.join(SIZES)}")
+    return value.lower() if value is not None else None
+
+
+def parse_set(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
+    try:
+        return parse_overrides(values)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated integers, e.g. 1,8,64") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter(f"{value!r}: batch sizes must be at least 1")
+    return out
+
+
+def batch_triple(ctx: click.Context, param: click.Parameter, value: str | None):
+    if value is None:
+        return None
+    try:
+        lo, opt, hi = (int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected MIN,OPT,MAX, e.g. 1,8,64") from None
+    return lo, opt, hi
+
+
+def user_errors(fn):
+    """Turn expected failures (bad paths, bad values, refused checkpoints) into one-line errors."""
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            raise click.ClickException(str(msg).splitlines()[0] if msg else type(e).__name__) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)"
+                       if fn.__name__ in TRAINING else "interrupted", err=True)
+            sys.exit(130)
+    return wrapper
+
+
+def log(line: str) -> None:
+    click.echo(line, err=True)
+
+
+SIZE = click.option("--size", default="xxs", show_default=True, callback=check_size,
+                    help=f"Model size, one of: {', '.join(SIZES)}.")
+OPSET = click.option("--opset", default=DEFAULT_OPSET, show_default=True, type=click.IntRange(OPSETS[0], OPSETS[-1]))
+

@@ -1,0 +1,127 @@
+"""Commands of the export and engine stages: export, build, check."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..export import PRECISIONS
+from ..runtime.artifact import BATCH_PROFILE
+from .common import OPSET, batch_triple, log, check_size, user_errors
+
+@click.command()
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+              help="A trained mLiT checkpoint. Without it the weights are random (latency work only).")
+@click.option("--size", default=None, callback=check_size, help="Model size when exporting random weights: s, xs or xxs.")
+@click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Head size for random weights.")
+@click.option("--out", "out", default="model.onnx", show_default=True, type=click.Path(dir_okay=False),
+              help="The fp32 ONNX; variants are written beside it as NAME-fp16.onnx and NAME-int8.onnx.")
+@OPSET
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="Fix the batch size [default: dynamic batch].")
+@click.option("--probe", is_flag=True, help="Also output each layer's top-k expert indices (routing checks).")
+@click.option("--precision", "precisions", default="fp32", show_default=True,
+              callback=lambda ctx, param, v: tuple(p.strip() for p in v.split(",") if p.strip()),
+              help=f"Comma-separated: {', '.join(PRECISIONS)}.")
+@click.option("--calib-data", default=None,
+              help="Dataset for INT8 calibration [default: the checkpoint's, or mnist5k].")
+@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Calibration images, stratified over the classes.")
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@user_errors
+def export(**kw) -> None:
+    """Export to ONNX through `to_deploy` (static-shape MoE), check it against PyTorch, make fp16/INT8 variants.
+
+    Each .onnx gets a .onnx.json sidecar with its provenance.
+    """
+    from ..export.variants import ExportRequest, run_export
+
+    run_export(ExportRequest(**kw), log=click.echo)
+
+
+@click.command()
+@click.option("--size", default=None, callback=check_size, help="Model size s, xs or xxs [default: the checkpoint's, "
+                                                           "else xxs].")
+@click.option("--precision", default="fp16", show_default=True, type=click.Choice(PRECISIONS),
+              help="Carried by the ONNX: fp16 casts (norms, softmax, router, head stay fp32) or INT8 Q/DQ.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+              help="Trained mLiT checkpoint. Without it (and without --onnx) the weights are random.")
+@click.option("--onnx", type=click.Path(dir_okay=False), default=None,
+              help="Build from an exported ONNX (e.g. calibrated on the workstation, copied to the device).")
+@click.option("--target", default="auto", show_default=True,
+              type=click.Choice(["auto", "tensorrt", "tensorrt-rtx", "onnxruntime"]),
+              help="auto: TensorRT where it imports, else the ONNX for ONNX Runtime.")
+@click.option("--frontend", default="onnx", show_default=True, type=click.Choice(["onnx", "torch-tensorrt"]),
+              help="torch-tensorrt compiles to_deploy(model) with torch-tensorrt (CUDA workstations, fp32/fp16).")
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="A static batch size (static shapes everywhere, CUDA-graph friendly).")
+@click.option("--dynamic-batch", default=None, callback=batch_triple,
+              help=f"MIN,OPT,MAX of the engine's batch profile [default: {','.join(map(str, BATCH_PROFILE))}].")
+@click.option("--workspace", default=1.0, show_default=True, type=click.FloatRange(min=0.0625),
+              help="Builder memory-pool limit in GiB.")
+@click.option("--timing-cache", default=None, type=click.Path(dir_okay=False),
+              help="TensorRT timing cache: read if it exists, written after the build.")
+@click.option("--dla-core", default=None, type=click.IntRange(min=0),
+              help="Run on this DLA core with GPU fallback (Jetson Orin/Xavier).")
+@click.option("--calib-data", default=None,
+              help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
+                   "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k].")
+@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Calibration images, stratified over the classes.")
+@click.option("--calib-seed", default=0, show_default=True, type=int)
+@click.option("--calib-cache", default=None, type=click.Path(file_okay=False),
+              help="Calibration cache folder [default: ~/.cache/mlit-edge/calibration].")
+@click.option("--no-calib-cache", is_flag=True, help="Always recalibrate.")
+@click.option("--min-expert-tokens", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Warn when an expert gets fewer calibration tokens than this.")
+@click.option("--out", default="artifacts", show_default=True, type=click.Path(file_okay=False),
+              help="Output folder for the .onnx/.plan files and their .json sidecars.")
+@click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Head size for random weights.")
+@OPSET
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@click.option("--eval/--no-eval", "evaluate", default=True, help="Measure top-1 on the held-out split (default).")
+@click.option("--json", "as_json", is_flag=True, help="Print the artifact's sidecar as JSON at the end.")
+@user_errors
+def build(dynamic_batch, calib_cache, no_calib_cache, as_json, **kw) -> None:
+    """Build a deployable artifact: a TensorRT .plan, or the ONNX for ONNX Runtime where TensorRT is absent.
+
+    \b
+    Examples:
+      mlit-edge build --size xxs --precision fp16                  # random weights, latency work
+      mlit-edge build --checkpoint runs/x/checkpoint.pt --precision int8 --target tensorrt-rtx
+      mlit-edge build --onnx mlit-xxs-int8.onnx --target tensorrt  # on the Jetson
+
+    Every artifact gets a .json sidecar: versions, device, flags, hashes, preprocessing, classes.
+    """
+    from ..engine.build import BuildRequest, run_build
+    from ..export.calibration import default_cache_dir
+
+    if kw["batch"] is not None and dynamic_batch is not None:
+        raise click.ClickException("give --batch or --dynamic-batch, not both")
+    cache = None if no_calib_cache else (calib_cache or str(default_cache_dir()))
+    req = BuildRequest(dynamic_batch=dynamic_batch or BATCH_PROFILE, calib_cache=cache, **kw)
+    result = run_build(req, log=log)
+    click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record,
+                           "coverage": result.coverage}, indent=2) if as_json else str(result.artifact))
+
+
+@click.command("check")
+@click.argument("onnx_path", type=click.Path(dir_okay=False))
+@click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")
+@click.option("--json", "as_json", is_flag=True)
+@user_errors
+def check_cmd(onnx_path: str, no_build: bool, as_json: bool) -> None:
+    """TensorRT compatibility report: denied ops, static shapes, TopK limits, and a real TensorRT(-RTX)
+    parse and strongly typed engine build where one is installed. Exits non-zero when not buildable."""
+    from dataclasses import asdict
+
+    from ..engine.check import check
+    from ..export.graph_check import format_report
+
+    rep = check(onnx_path, build=not no_build)
+    click.echo(json.dumps({**asdict(rep), "ok": rep.ok}, indent=2) if as_json else format_report(rep))
+    if not rep.ok:
+        sys.exit(1)

@@ -1,0 +1,96 @@
+"""Commands that run artifacts: bench (workstation), predict and serve (the torch-free runtime)."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..runtime.artifact import BATCH_PROFILE
+from .common import int_list, log, user_errors
+
+@click.command()
+@click.argument("artifacts", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--reference", default=None, type=click.Path(dir_okay=False),
+              help="PyTorch checkpoint to compare against [default: a .pt among ARTIFACTS, else the sidecar's].")
+@click.option("--data", default=None, help="Dataset name or ImageFolder path [default: the model's dataset].")
+@click.option("--split", default="test", show_default=True)
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Use only the first N images.")
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@click.option("--batch", "batches", default=",".join(map(str, BATCH_PROFILE)), show_default=True, callback=int_list,
+              help="Comma-separated batch sizes to time.")
+@click.option("--warmup-ms", default=200.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--warmup-iters", default=10, show_default=True, type=click.IntRange(min=0))
+@click.option("--duration", "duration_s", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds of timed calls per artifact and batch.")
+@click.option("--iterations", default=None, type=click.IntRange(min=1), help="Time exactly N calls instead.")
+@click.option("--threads", default=None, type=click.IntRange(min=1), help="CPU threads (ONNX Runtime, torch).")
+@click.option("--ort-providers", "providers", default="cpu", show_default=True,
+              help="ONNX Runtime execution providers in order: cpu, cuda, tensorrt (where installed).")
+@click.option("--cuda-graph", is_flag=True, help="TensorRT: replay each batch as a captured CUDA graph.")
+@click.option("--ort-arena/--no-ort-arena", default=True, show_default=True,
+              help="ONNX Runtime's CPU memory arena. It keeps what the largest batch needed; --no-ort-arena "
+                   "returns memory after each call, for some latency on large batches.")
+@click.option("--isolate/--in-process", default=True, show_default=True,
+              help="Bench each artifact in its own fresh process, so its memory figures are its own; "
+                   "--in-process is faster to start but lets later artifacts reuse memory freed by earlier ones.")
+@click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the full report (with per-call samples) here.")
+@click.option("--plot", "plot_dir", default=None, type=click.Path(file_okay=False),
+              help="Write latency.png and accuracy_latency.png here.")
+@user_errors
+def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **kw) -> None:
+    """Latency, memory, accuracy and fidelity of .plan/.onnx/.pt artifacts against the PyTorch reference.
+
+    \b
+    Example:
+      mlit-edge bench artifacts/*.onnx runs/x/checkpoint.pt --batch 1,8
+    """
+    from ..bench.report import bench_and_save, format_bench
+    from ..bench.run import BenchConfig, provider_names
+
+    cfg = BenchConfig(providers=provider_names(providers), iterations=iterations,
+                      duration_s=None if iterations else duration_s, **kw)
+    click.echo(format_bench(bench_and_save(list(artifacts), cfg, json_path, plot_dir, log=log)))
+
+
+@click.command()
+@click.argument("images", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
+              help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
+@click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per image.")
+@user_errors
+def predict(images, model_path, top_k, as_json) -> None:
+    """Classify image files with the embedded runtime (no torch). Unreadable files get an error entry
+    and the rest are still classified; the exit code is 2 when any failed."""
+    from ..runtime import predict_files
+
+    results = predict_files(model_path, images, top_k)
+    if as_json:
+        click.echo(json.dumps(results, indent=1))
+    else:
+        for r in results:
+            if "error" in r:
+                click.echo(f"{r['path']}: ERROR {r['error']}")
+            else:
+                top = ", ".join(f"{name} {p:.3f}" for _, name, p in r["top"])
+                click.echo(f"{r['path']}: {top}")
+    if any("error" in r for r in results):
+        sys.exit(2)
+
+
+@click.command()
+@click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--inbox", required=True, type=click.Path(file_okay=False), help="Folder to watch for images.")
+@click.option("--results", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to append to.")
+@click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between polls of an empty inbox.")
+@user_errors
+def serve(model_path, inbox, results, interval) -> None:
+    """Always-on loop for a device: classify each image dropped into --inbox, append a JSON line to
+    --results, move the image to inbox/done or inbox/failed. Runs until stopped (systemd unit in deploy/)."""
+    from ..runtime import watch
+
+    log(f"serving {model_path}: watching {inbox}, results -> {results}")
+    watch(model_path, inbox, results, interval)

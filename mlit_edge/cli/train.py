@@ -1,0 +1,157 @@
+"""Commands of the model and training stages: info, train, pretrain, finetune, eval, quickstart."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .common import SIZE, log, parse_set, int_list, user_errors
+
+@click.command()
+@SIZE
+@click.option("--num-classes", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Classes of the head (the paper's counts use 100).")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON instead of text.")
+def info(size: str, num_classes: int, as_json: bool) -> None:
+    """Per-layer table of a model size: hidden size, experts, parameters and MACs, with totals.
+
+    Also shows how the reconstructed size compares with the paper's parameter count.
+    """
+    from ..model.info import size_report
+
+    text, data = size_report(size, num_classes)
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+def training_options(fn):
+    """Options shared by train, pretrain and finetune."""
+    opts = [
+        click.option("--data", default="mnist5k", show_default=True,
+                     help="mnist5k (embedded, no network), cifar10, cifar100, svhn, flowers102, or an "
+                          "ImageFolder directory."),
+        click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False),
+                     help="Where torchvision datasets live (or are downloaded to)."),
+        click.option("--download", is_flag=True, help="Download a torchvision dataset if it is missing."),
+        click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1)),
+        click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1),
+                     help="Global batch size, split across torchrun processes."),
+        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Peak learning rate [default: 3e-4 * batch / 256, the paper's rule]."),
+        click.option("--min-lr", default=0.0, show_default=True, type=click.FloatRange(min=0)),
+        click.option("--warmup-frac", default=0.05, show_default=True, type=click.FloatRange(0, 1),
+                     help="Fraction of training spent in linear warm-up."),
+        click.option("--weight-decay", default=0.05, show_default=True, type=click.FloatRange(min=0)),
+        click.option("--clip-grad", default=None, type=click.FloatRange(min=0, min_open=True),
+                     help="Clip the gradient norm to this value."),
+        click.option("--amp", default="auto", show_default=True, type=click.Choice(["auto", "fp16", "bf16", "off"]),
+                     help="Mixed precision: auto is fp16 with a GradScaler on CUDA and fp32 on CPU."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--seed", default=0, show_default=True, type=int),
+        click.option("--deterministic", is_flag=True, help="Use deterministic kernels (bitwise repeatable on CPU)."),
+        click.option("--resident", is_flag=True,
+                     help="Keep the whole dataset on the device and augment it there (fast GPU path)."),
+        click.option("--compile", "compile", is_flag=True, help="torch.compile the model (slow start, faster steps)."),
+        click.option("--out", default=None, type=click.Path(file_okay=False),
+                     help="Run folder for checkpoint.pt, metrics.jsonl and the PNGs [default: runs/TASK-SIZE-DATA]."),
+        click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint."),
+        click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
+                     help="Override a model config field, e.g. --set top_k=1 --set shared=w,w2. Repeatable."),
+        click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
+                     help="Evaluate on the test split every N epochs (and after the last)."),
+        click.option("--progress/--no-progress", default=True, help="Progress bars (--no-progress: log lines only)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _train_command(task: str, size: str, **kw) -> None:
+    from ..train.fit import RunConfig, fit
+
+    run = RunConfig.for_task(task, size, **kw)
+    metrics = fit(run, log=log)
+    if not metrics:  # ranks other than 0 under torchrun report nothing
+        return
+    if metrics.get("test"):
+        click.echo(f"final test top-1 {metrics['test']['acc']:.4f} -> {run.out}/checkpoint.pt")
+    else:
+        click.echo(f"final train loss {metrics['train']['loss']:.5f} -> {run.out}/checkpoint.pt")
+
+
+@click.command()
+@SIZE
+@training_options
+@user_errors
+def train(size: str, **kw) -> None:
+    """Supervised mLiT training with the paper's recipe (AdamW, warm-up + cosine, lr = 3e-4 * batch / 256).
+
+    Runs on one device, or on many under `torchrun --nproc_per_node=N`. Writes checkpoint.pt after every
+    epoch (atomically), metrics.jsonl, loss.png and experts.png to --out.
+    """
+    _train_command("train", size, **kw)
+
+
+@click.command()
+@SIZE
+@click.option("--mask-ratio", default=None, type=click.FloatRange(0, 1, max_open=True),
+              help="Fraction of patches hidden from the encoder [default: 0.75, the paper's].")
+@training_options
+@user_errors
+def pretrain(size: str, **kw) -> None:
+    """mmLiT masked auto-encoder pre-training (labels unused). Loss curves are plotted log-log."""
+    _train_command("pretrain", size, **kw)
+
+
+@click.command()
+@click.option("--from", "init_from", required=True, type=click.Path(dir_okay=False),
+              help="The mmLiT pre-training checkpoint whose encoder is fine-tuned.")
+@training_options
+@user_errors
+def finetune(**kw) -> None:
+    """Fine-tune a classifier from an mmLiT encoder; the head is new, sized to the dataset."""
+    _train_command("finetune", "pretrained", **kw)
+
+
+@click.command("eval")
+@click.option("--checkpoint", "path", required=True, type=click.Path(dir_okay=False),
+              help="A supervised or fine-tuned mLiT checkpoint.")
+@click.option("--data", default=None, help="Dataset to evaluate on [default: the one it was trained on].")
+@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "test"]))
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--device", default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@user_errors
+def eval_(as_json: bool, **kw) -> None:
+    """Top-1 accuracy, loss and per-layer expert utilisation of a checkpoint on a dataset split."""
+    from ..train.eval_checkpoint import evaluate_checkpoint, format_evaluation
+
+    result = evaluate_checkpoint(**kw)
+    click.echo(json.dumps(result, indent=2) if as_json else format_evaluation(result))
+
+
+@click.command()
+@click.option("--out", default="quickstart", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the run, the artifacts and bench.json.")
+@SIZE
+@click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--batch", "batches", default="1,8", show_default=True, callback=int_list,
+              help="Batch sizes to time.")
+@click.option("--duration", "duration_s", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds of timed calls per artifact and batch.")
+@click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
+              help="Override a model config field, as for train (e.g. --set depth=4). Repeatable.")
+@click.option("--progress/--no-progress", default=True)
+@user_errors
+def quickstart(**kw) -> None:
+    """The whole chain in one command on the embedded digits: train briefly, build fp32/fp16/int8, bench
+    them against the PyTorch checkpoint and print the comparison table."""
+    from ..bench.report import format_bench
+    from ..export.calibration import default_cache_dir
+    from ..quickstart import run_quickstart
+
+    report = run_quickstart(calib_cache=str(default_cache_dir()), log=log, **kw)
+    click.echo(format_bench(report))
+    log(f"report: {kw['out']}/bench.json")

@@ -1,0 +1,116 @@
+"""TensorRT plans: build a raw `.plan` from a precision-carrying ONNX, with its sidecar.
+
+The network is strongly typed: precision comes from the ONNX (fp16 casts, INT8 Q/DQ), never from
+builder flags. The `.plan` stays raw so trtexec and DeepStream load it; its `.plan.json` sidecar
+records what it was built from, with what, and for which device. Loading and verifying plans is
+the runtime's job (`runtime.trt_env`), since a device needs it without this stage.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..runtime.artifact import BATCH_PROFILE
+from ..runtime.sidecar import atomic_path, publish, read_sidecar, sha256_file, temporary_beside, user_fields
+from ..runtime.trt_env import DeviceEnv
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Builder settings; `profile` is (min, opt, max) batch for a dynamic-batch ONNX."""
+
+    profile: tuple[int, int, int] = BATCH_PROFILE
+    workspace_gib: float = 1.0
+    timing_cache: str | None = None
+    dla_core: int | None = None
+
+
+def _strongly_typed_network(trt, builder):
+    flags = 0
+    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    return builder.create_network(flags)
+
+
+def build_serialized(onnx_path: str | Path, trt, opts: BuildOptions = BuildOptions()) -> dict:
+    """Parse and build; {"ok": True, "engine": bytes, layers, build_s, io, ...} or {"ok": False,
+    "stage", "errors"} with the parser's errors verbatim."""
+    logger = trt.Logger(trt.Logger.ERROR)
+    builder = trt.Builder(logger)
+    network = _strongly_typed_network(trt, builder)
+    parser = trt.OnnxParser(network, logger)
+    base = {"module": trt.__name__, "version": trt.__version__}
+    start = time.perf_counter()
+    if not parser.parse_from_file(str(onnx_path)):
+        return {**base, "ok": False, "stage": "parse",
+                "errors": [str(parser.get_error(i)) for i in range(parser.num_errors)]}
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(opts.workspace_gib * (1 << 30)))
+    flags: dict = {"strongly_typed": True, "workspace_gib": opts.workspace_gib}
+    inp = network.get_input(0)
+    rest = tuple(inp.shape)[1:]
+    if inp.shape[0] == -1:
+        lo, opt, hi = opts.profile
+        profile = builder.create_optimization_profile()
+        profile.set_shape(inp.name, (lo, *rest), (opt, *rest), (hi, *rest))
+        config.add_optimization_profile(profile)
+        flags["profile"] = {"input": inp.name, "min": lo, "opt": opt, "max": hi}
+    else:
+        flags["profile"] = {"input": inp.name, "static": int(inp.shape[0])}
+    cache = None
+    if opts.timing_cache:
+        blob = Path(opts.timing_cache).read_bytes() if Path(opts.timing_cache).is_file() else b""
+        cache = config.create_timing_cache(blob)
+        config.set_timing_cache(cache, ignore_mismatch=False)
+        flags["timing_cache"] = {"path": str(opts.timing_cache), "read_bytes": len(blob)}
+    if opts.dla_core is not None:
+        cores = getattr(builder, "num_DLA_cores", 0)
+        if opts.dla_core >= cores:
+            raise RuntimeError(f"--dla-core {opts.dla_core}: this platform has {cores} DLA core(s) "
+                               "(DLA exists on Jetson AGX/NX Orin and Xavier)")
+        config.default_device_type = trt.DeviceType.DLA
+        config.DLA_core = opts.dla_core
+        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+        flags.update(dla_core=opts.dla_core, gpu_fallback=True)
+    engine = builder.build_serialized_network(network, config)
+    seconds = time.perf_counter() - start
+    if engine is None:
+        return {**base, "ok": False, "stage": "build",
+                "errors": ["build_serialized_network returned no engine (see the TensorRT log above)"]}
+    if cache is not None:
+        with atomic_path(opts.timing_cache) as tmp:
+            tmp.write_bytes(bytes(config.get_timing_cache().serialize()))
+        flags["timing_cache"]["written_bytes"] = Path(opts.timing_cache).stat().st_size
+    io = {"inputs": [_tensor(network.get_input(i)) for i in range(network.num_inputs)],
+          "outputs": [_tensor(network.get_output(i)) for i in range(network.num_outputs)]}
+    return {**base, "ok": True, "engine": bytes(engine), "layers": network.num_layers, "build_s": round(seconds, 2),
+            "flags": flags, "io": io}
+
+
+def _tensor(t) -> dict:
+    return {"name": t.name, "dtype": str(t.dtype).rsplit(".", 1)[-1].lower(), "shape": list(t.shape)}
+
+
+def write_plan(engine: bytes, out: str | Path, record: dict) -> dict:
+    """Publish the raw plan and its sidecar as a pair; returns the sidecar record."""
+    with temporary_beside(out) as tmp:
+        tmp.write_bytes(engine)
+        return publish(tmp, out, record)
+
+
+def engine_record(onnx_path: str | Path, result: dict, env: DeviceEnv, target: str, frontend: str = "onnx") -> dict:
+    """The `.plan.json` fields: the source ONNX's provenance plus the builder, the device and the flags."""
+    onnx_path = Path(onnx_path)
+    try:
+        src = user_fields(read_sidecar(onnx_path))
+    except FileNotFoundError:
+        src = {}
+    src.pop("inputs", None)
+    src.pop("outputs", None)
+    calib = src.get("calibration") or {}
+    return {**src, "kind": "tensorrt-engine", "target": target, "frontend": frontend,
+            "source_onnx": onnx_path.name, "source_onnx_sha256": sha256_file(onnx_path) if onnx_path.is_file() else None,
+            "calibration_sha256": calib.get("manifest_sha256"),
+            "engine": {"builder": {"module": result["module"], "version": result["version"]}, "device": asdict(env),
+                       "dla_core": result["flags"].get("dla_core"), "flags": result["flags"],
+                       "layers": result.get("layers"), "build_s": result.get("build_s"), "io": result.get("io")}}

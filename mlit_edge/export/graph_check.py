@@ -1,0 +1,128 @@
+"""The static half of `mlit-edge check model.onnx`: what can be known without TensorRT.
+
+Denied ops, opset, shapes static after inference except the batch dimension, and a constant TopK k
+within TensorRT's limit. `engine.check` adds a real TensorRT(-RTX) parse and build where one imports.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import OPSETS
+
+DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
+          "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+TOPK_MAX = 3840  # TensorRT's limit on K
+
+
+@dataclass
+class Report:
+    """What `check` found: problems fail the check, notes do not."""
+
+    path: str
+    opset: int | None = None
+    ops: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and (self.build is None or self.build.get("ok", False))
+
+
+def _load(path: Path):
+    import onnx
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # onnx raises DecodeError and friends for non-ONNX files
+        raise ValueError(f"{path} is not an ONNX model ({type(e).__name__})") from None
+
+
+def _constants(model) -> dict:
+    """Initializers and Constant-node outputs, as numpy arrays."""
+    from onnx import numpy_helper
+
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    consts[node.output[0]] = numpy_helper.to_array(attr.t)
+    return consts
+
+
+def static_checks(path: str | Path) -> Report:
+    """Everything that needs no TensorRT."""
+    import onnx
+
+    path = Path(path)
+    model = _load(path)
+    rep = Report(str(path))
+    rep.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if rep.opset not in OPSETS:
+        rep.problems.append(f"opset {rep.opset}: use {OPSETS[0]}-{OPSETS[-1]} (native LayerNormalization, "
+                            "no opset-23 Attention)")
+    for node in model.graph.node:
+        rep.ops[node.op_type] = rep.ops.get(node.op_type, 0) + 1
+    for op in sorted(set(rep.ops) & DENIED):
+        rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
+    if "Attention" in rep.ops:
+        rep.problems.append("the opset-23 Attention op: TensorRT-RTX cannot build it; export at opset 18-20")
+    foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx")}
+    if foreign:
+        rep.notes.append(f"custom op domains {sorted(foreign)}: TensorRT needs plugins for them")
+
+    inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    batch = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim[:1] if d.dim_param}
+    for i in inputs:
+        for d in list(i.type.tensor_type.shape.dim)[1:]:
+            if not d.HasField("dim_value"):
+                rep.problems.append(f"input {i.name} has a dynamic non-batch dimension {d.dim_param or '?'}")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as e:
+        rep.problems.append(f"shape inference failed: {str(e).splitlines()[0][:200]}")
+        inferred = model
+    pattern = re.compile(r"^[\d\s*+()-]*$")
+    dynamic = set()
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                continue
+            expr = d.dim_param
+            if not expr or not pattern.match(re.sub("|".join(map(re.escape, batch)) or "$^", "1", expr)):
+                dynamic.add(vi.name)
+    if dynamic:
+        rep.problems.append(f"{len(dynamic)} tensors have shapes that are not static apart from the batch "
+                            f"(e.g. {sorted(dynamic)[:3]})")
+    consts = _constants(model)
+    for node in model.graph.node:
+        if node.op_type == "TopK":
+            k = consts.get(node.input[1]) if len(node.input) > 1 else None
+            if k is None:
+                rep.problems.append(f"TopK {node.name}: k is computed at run time; TensorRT needs a constant")
+            elif int(k.reshape(-1)[0]) > TOPK_MAX:
+                rep.problems.append(f"TopK {node.name}: k={int(k.reshape(-1)[0])} exceeds TensorRT's {TOPK_MAX}")
+    return rep
+
+
+def format_report(rep: Report) -> str:
+    lines = [f"{rep.path}: opset {rep.opset}, {sum(rep.ops.values())} nodes, "
+             f"ops: {', '.join(f'{k} {v}' for k, v in sorted(rep.ops.items()))}"]
+    lines += [f"  FAIL {p}" for p in rep.problems]
+    lines += [f"  note {n}" for n in rep.notes]
+    if rep.build:
+        b = rep.build
+        if b["ok"]:
+            lines.append(f"  {b['module']} {b['version']}: parsed and built a strongly typed engine: {b['layers']} "
+                         f"layers, {b['build_s']} s, {b['engine_bytes'] / 1e6:.2f} MB")
+        else:
+            lines.append(f"  FAIL {b['module']} {b['version']} {b['stage']} failed:")
+            lines += [f"    {e}" for e in b["errors"]]
+    lines.append("OK: TensorRT-buildable" if rep.ok else "NOT TensorRT-buildable")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""`to_deploy(model)` -> ONNX (dynamo exporter, opset 18-20), checked against PyTorch before it is published.
+
+The ONNX carries its provenance twice: in `metadata_props` (travels with the file) and in the
+`model.onnx.json` sidecar. Every export runs itself through ONNX Runtime and compares with the
+eval-mode PyTorch model before it is declared done.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .. import __version__
+from ..model.mlit import MLiT
+from ..runtime.artifact import INPUT
+from ..runtime.runners import OnnxRuntimeRunner
+from ..runtime.sidecar import publish, temporary_beside
+from . import DEFAULT_OPSET, OPSETS
+from .quiet import quiet
+from .static import to_deploy
+from .torch_runner import TorchRunner
+
+PARITY_TOL = 1e-4
+
+
+def output_names(depth: int, probe: bool) -> list[str]:
+    return ["logits"] + ([f"experts_{i}" for i in range(depth)] if probe else [])
+
+
+def _input_shape(model: MLiT) -> tuple[None, int, int, int]:
+    return None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size
+
+
+def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
+                probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None) -> dict:
+    """Export `model` to `out` with its sidecar, published together once checked; returns the record.
+
+    `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
+    outputs every layer's top-k expert indices. `measure(path, record)` adds fields (e.g. accuracy)
+    measured on the file before it is published.
+    """
+    import onnx
+
+    if opset not in OPSETS:
+        raise ValueError(f"opset {opset} is not supported: use one of {OPSETS} (TensorRT-buildable, native LayerNorm)")
+    if batch is not None and batch < 1:
+        raise ValueError("batch must be at least 1")
+    out = Path(out)
+    deployed = to_deploy(model, probe=probe)
+    names = output_names(model.cfg.depth, probe)
+    example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
+    dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)
+    with temporary_beside(out) as tmp, quiet():
+        program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
+                                    input_names=[INPUT], output_names=names, verbose=False)
+        proto = program.model_proto
+        meta = {"mlit_edge_version": __version__, "precision": "fp32", "classes": info["classes"],
+                "preprocess": info["preprocess"], "model": info["model"]}
+        onnx.helper.set_model_props(proto, {"mlit_edge": json.dumps(meta)})
+        onnx.save(proto, str(tmp))
+        parity = verify_onnx(tmp, model, batch, probe) if check else None
+        record = {**info, "precision": "fp32", "opset": opset, "batch": batch or "dynamic", "probe": probe,
+                  "inputs": {INPUT: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
+                  "outputs": names, "parity": parity, "torch_version": torch.__version__,
+                  "onnx_version": onnx.__version__}
+        if measure is not None:
+            record.update(measure(tmp, record))
+        return publish(tmp, out, record)
+
+
+def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, seed: int = 0) -> dict:
+    """Max abs logit error of ONNX Runtime against the eval-mode PyTorch model, and routing equality."""
+    sizes = [batch] if batch else [1, 8]
+    rng = np.random.default_rng(seed)
+    worst, scale, routing_equal = 0.0, 1.0, True
+    names = output_names(model.cfg.depth, probe)
+    shape = _input_shape(model)
+    with OnnxRuntimeRunner(path) as ort_run, TorchRunner(model, ["logits"], shape) as ref_run, \
+            TorchRunner(to_deploy(model, probe=True), output_names(model.cfg.depth, True), shape) as route_run:
+        for b in sizes:
+            x = rng.standard_normal((b, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size), np.float32)
+            got = ort_run.infer({INPUT: x})
+            want_logits = ref_run.infer({INPUT: x})["logits"]
+            worst = max(worst, float(np.abs(got["logits"] - want_logits).max()))
+            scale = max(scale, float(np.abs(want_logits).max()))
+            if probe:
+                want = route_run.infer({INPUT: x})
+                routing_equal &= all(np.array_equal(got[n], want[n]) for n in names[1:])
+    limit = PARITY_TOL * scale  # fp32 error grows with the logits' magnitude (trained models: a few units)
+    if worst > limit or not routing_equal:
+        raise RuntimeError(f"exported graph disagrees with PyTorch: max abs logit error {worst:.2e} "
+                           f"(limit {limit:.1e} = {PARITY_TOL:.0e} x max |logit|), routing equal: {routing_equal}")
+    return {"max_abs_err": worst, "limit": limit, "max_abs_logit": scale, "batches": sizes, "routing_equal": routing_equal if probe else None,
+            "reference": "eval-mode PyTorch model, fp32"}
+
+
+def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:
+    """How an fp16/INT8 variant compares with the fp32 PyTorch model on real images: max and mean abs
+    logit error and top-1 agreement, for the variant's sidecar."""
+    with OnnxRuntimeRunner(path) as run, TorchRunner(model, ["logits"], _input_shape(model)) as ref:
+        got, want = run.infer({INPUT: images})["logits"], ref.infer({INPUT: images})["logits"]
+    err = np.abs(got - want)
+    parity = {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
+              "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),
+              "reference": "eval-mode PyTorch model, fp32"}
+    return parity
+

@@ -1,0 +1,150 @@
+"""Precision lives in the ONNX: fp16 and INT8-QDQ variants of an fp32 export.
+
+- fp16: everything converted except LayerNorm, Softmax, the router (gate logits, TopK and the gate
+  matrix built from it) and the classification head, which stay fp32; the graph's input and outputs
+  keep their types.
+- INT8: QDQ from ONNX Runtime's static quantizer in the recipe TensorRT(-RTX) accepts: symmetric
+  activations and per-channel symmetric weights, biases unquantized, only the MatMul/Gemm/Conv layers
+  that carry weights; the router and the activation-by-activation MatMuls stay in float.
+Both stay runnable by ONNX Runtime on CPU, so their accuracy can be measured anywhere.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .quiet import quiet
+from ..runtime.sidecar import read_sidecar, sha256_file, user_fields
+
+FP32_OPS = {"LayerNormalization", "Softmax"}
+
+
+def router_nodes(model) -> set[str]:
+    """Names of the routing nodes: each TopK, the MatMul/Gemm producing its input, and every node fed only
+    by routing nodes or constants (the softmax over the top k, the one-hot gate matrix)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    constants = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
+                                                            if n.op_type == "Constant"}
+    routed: set[str] = set()
+    routed_outputs: set[str] = set()
+    for node in model.graph.node:
+        if node.op_type == "TopK":
+            src = producers.get(node.input[0])
+            while src is not None and src.op_type not in ("MatMul", "Gemm"):  # through a Reshape, if any
+                src = producers.get(src.input[0])
+            for n in (node, src):
+                if n is not None:
+                    routed.add(n.name)
+                    routed_outputs.update(n.output)
+    changed = True
+    while changed:  # the graph is topologically sorted, but one more sweep keeps this robust
+        changed = False
+        for node in model.graph.node:
+            if node.name in routed or node.op_type == "Constant":
+                continue
+            ins = [i for i in node.input if i]
+            if ins and any(i in routed_outputs for i in ins) and all(i in routed_outputs or i in constants
+                                                                     for i in ins):
+                routed.add(node.name)
+                routed_outputs.update(node.output)
+                changed = True
+    return routed
+
+
+def activation_matmuls(model) -> set[str]:
+    """MatMuls of two activations (attention scores, attention x values, gates x experts): no weight to
+    quantize per channel, and the softmax/gate operands lose most of their precision in int8."""
+    weights = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
+                                                          if n.op_type == "Constant"}
+    producers = {o: n for n in model.graph.node for o in n.output}
+
+    def from_weight(name: str) -> bool:
+        node = producers.get(name)  # a weight may reach the MatMul through a Transpose or Reshape
+        while node is not None and node.op_type in ("Transpose", "Reshape", "Cast") and node.input[0] not in weights:
+            node = producers.get(node.input[0])
+        return name in weights or (node is not None and node.op_type in ("Transpose", "Reshape", "Cast")
+                                   and node.input[0] in weights)
+
+    return {n.name for n in model.graph.node if n.op_type == "MatMul" and not any(from_weight(i) for i in n.input)}
+
+
+def head_nodes(model) -> set[str]:
+    """The node that produces the logits output (the classifier's Gemm/MatMul + bias)."""
+    logits = model.graph.output[0].name
+    return {n.name for n in model.graph.node if logits in n.output}
+
+
+def _derived_record(src: Path, precision: str, extra: dict) -> dict:
+    record = user_fields(read_sidecar(src))
+    record.pop("parity", None)  # the fp32 export's figure; the variant gets its own
+    return {**record, "precision": precision, "source_onnx": src.name, "source_onnx_sha256": sha256_file(src),
+            **extra}
+
+
+def _set_precision_meta(model, precision: str) -> None:
+    for prop in model.metadata_props:
+        if prop.key == "mlit_edge":
+            meta = json.loads(prop.value)
+            meta["precision"] = precision
+            prop.value = json.dumps(meta)
+
+
+def to_fp16(src: str | Path, out: str | Path) -> dict:
+    """Write to `out` the fp16 ONNX of `src`, with LayerNorm, Softmax, router and head in fp32; returns its
+    sidecar fields (the caller measures the file, then publishes it with them)."""
+    import onnx
+    from onnxconverter_common import float16
+
+    src, out = Path(src), Path(out)
+    model = onnx.load(str(src))
+    keep = router_nodes(model) | head_nodes(model) | {n.name for n in model.graph.node if n.op_type in FP32_OPS}
+    with quiet():
+        converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
+                                                     disable_shape_infer=False)
+    _set_precision_meta(converted, "fp16")
+    onnx.save(converted, str(out))
+    return _derived_record(src, "fp16", {"fp32_nodes": {"ops": sorted(FP32_OPS), "router_and_head": len(keep)}})
+
+
+class _Reader:
+    """ONNX Runtime calibration reader over preprocessed float32 NCHW batches."""
+
+    def __init__(self, input_name: str, batches: Iterable[np.ndarray]) -> None:
+        self.input_name, self.it = input_name, iter(batches)
+
+    def get_next(self):
+        batch = next(self.it, None)
+        return None if batch is None else {self.input_name: batch}
+
+
+def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dict, batch: int = 32) -> dict:
+    """Write to `out` the INT8 QDQ ONNX of `src` calibrated on `calib` (N, 3, S, S) float32; returns its
+    sidecar fields."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    src, out = Path(src), Path(out)
+    if calib.ndim != 4 or len(calib) == 0:
+        raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
+    model = onnx.load(str(src))
+    exclude = sorted(router_nodes(model) | activation_matmuls(model))
+    input_name = model.graph.input[0].name
+    fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
+    step = fixed.dim_value if fixed.HasField("dim_value") else batch
+    batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
+    with quiet():
+        quantize_static(str(src), str(out), _Reader(input_name, batches), quant_format=QuantFormat.QDQ,
+                        op_types_to_quantize=["MatMul", "Gemm", "Conv"], per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude,
+                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
+                                       "QuantizeBias": False, "DedicatedQDQPair": True})
+    quantized = onnx.load(str(out))
+    _set_precision_meta(quantized, "int8")
+    onnx.save(quantized, str(out))
+    return _derived_record(src, "int8", {"calibration": {**calib_info, "images": int(len(calib)),
+                                                          "method": "MinMax, symmetric, per-channel weights",
+                                                          "float_nodes": len(exclude)}})

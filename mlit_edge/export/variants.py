@@ -1,0 +1,171 @@
+"""Precision variants of an fp32 export, made one way for `export` and `build` alike.
+
+One naming rule (`variant_path`), one function that makes a variant (`make_variant`): convert or
+calibrate into a temporary file, measure it there (against the PyTorch model when there is one, and
+top-1 on the held-out split), then publish the file and its sidecar together, written once with
+everything measured.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..runtime.sidecar import publish, temporary_beside
+from . import DEFAULT_OPSET, OPSETS, PRECISIONS
+from .calibration import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
+                          routing_coverage, write_manifest)
+
+HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
+
+
+def artifact_stem(path: str | Path) -> str:
+    """The model's name without format and precision: mlit-xxs-fp16.onnx -> mlit-xxs."""
+    name = Path(path).name.removesuffix(".onnx")
+    for p in PRECISIONS:
+        name = name.removesuffix(f"-{p}")
+    return name
+
+
+def artifact_name(stem: str, precision: str, suffix: str = ".onnx") -> str:
+    """The one naming rule of every artifact: STEM-PRECISION.SUFFIX, e.g. mlit-xxs-int8.plan."""
+    return f"{stem}-{precision}{suffix}"
+
+
+def variant_path(src: str | Path, precision: str, folder: str | Path | None = None) -> Path:
+    """Where the `precision` variant of `src` goes, beside it unless `folder` is given:
+    mlit-xxs-fp32.onnx -> mlit-xxs-int8.onnx, model.onnx -> model-int8.onnx."""
+    src = Path(src)
+    return Path(folder or src.parent) / artifact_name(artifact_stem(src), precision)
+
+
+def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root: str | Path = "data",
+                  batch: int = 250) -> dict:
+    """Top-1 of an ONNX classifier on a dataset split through ONNX Runtime (eval preprocessing)."""
+    from ..runtime.runners import OnnxRuntimeRunner, predict_all
+    from ..train.data import load_dataset
+
+    ds = load_dataset(dataset, split, data_root)
+    labels = ds.labels.numpy()
+    with OnnxRuntimeRunner(path) as run:
+        logits, _ = predict_all(run, ds.inputs(), batch)
+    correct = int((logits.argmax(-1) == labels).sum())
+    return {"dataset": ds.name, "split": split, "images": int(len(labels)), "top1": correct / max(1, len(labels))}
+
+
+def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
+            log: Callable[[str], None] = print) -> dict:
+    """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
+    for a reduced precision, and `accuracy` on the held-out split of its dataset."""
+    out = {}
+    dataset = (record.get("preprocess") or {}).get("dataset")
+    if model is not None and record.get("precision") != "fp32":
+        from ..train.data import sample_images
+        from .onnx_export import variant_parity
+
+        held_out, _ = sample_images(dataset or "mnist5k", "test", HELD_OUT, data_root)
+        out["parity"] = parity = variant_parity(path, model, held_out)
+        log(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement {parity['top1_agreement']:.4f}, "
+            f"max abs logit error {parity['max_abs_err']:.2e}")
+    if evaluate and dataset and not record.get("random_weights"):
+        out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root)
+        log(f"[3/4] top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): {acc['top1']:.4f}")
+    else:
+        why = ("random weights" if record.get("random_weights") else "no dataset recorded" if not dataset else
+               "--no-eval")
+        log(f"[3/4] accuracy skipped ({why})")
+    return out
+
+
+@dataclass
+class Variant:
+    path: Path
+    record: dict
+    coverage: dict | None = None  # INT8: tokens per expert per layer on the calibration set
+    calibration_reused: bool | None = None
+
+
+def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | None = None,
+                 data_root: str | Path = "data", cache_dir: str | Path | None = None,
+                 min_expert_tokens: int = MIN_EXPERT_TOKENS, evaluate: bool = True,
+                 log: Callable[[str], None] = print, folder: str | Path | None = None) -> Variant:
+    """The fp16 or INT8 variant of the fp32 ONNX `src` (`variant_path`: beside it, or in `folder`), measured
+    and published with its sidecar. `model`: the PyTorch model to measure parity against (None on a device)."""
+    from .precision import to_fp16
+
+    if precision not in ("fp16", "int8"):
+        raise ValueError(f"a variant is fp16 or int8, not {precision!r}")
+    src, final = Path(src), variant_path(src, precision, folder)
+    coverage = reused = None
+    with temporary_beside(final) as tmp:
+        if precision == "fp16":
+            log(f"[2/4] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
+            record = to_fp16(src, tmp)
+        else:
+            recipe = recipe or Recipe()
+            log(f"[2/4] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
+                f"{recipe.split} (seed {recipe.seed})")
+            calib = calibration_set(recipe, data_root)
+            manifest = write_manifest(calib.manifest, final.with_name(f"{artifact_stem(final)}-int8.calib.json"))
+            coverage = routing_coverage(src, calib.images, min_tokens=min_expert_tokens,
+                                        available=calib.manifest["split_size"])
+            log(format_coverage(coverage))
+            record, reused = calibrate_int8(src, tmp, calib, cache_dir, coverage)
+            log(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
+                                          f"calibrated; manifest {manifest.name}"))
+        record.update(measure(tmp, record, model, evaluate, data_root, log))
+        record = publish(tmp, final, record)
+    return Variant(final, record, coverage, reused)
+
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What `mlit-edge export` takes (the CLI's --help explains each field); validated here."""
+
+    checkpoint: str | None = None
+    size: str | None = None
+    num_classes: int = 10
+    out: str = "model.onnx"
+    opset: int = DEFAULT_OPSET
+    batch: int | None = None
+    probe: bool = False
+    precisions: tuple[str, ...] = ("fp32",)
+    calib_data: str | None = None
+    calib_n: int = 512
+    data_root: str = "data"
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.precisions if p not in PRECISIONS]
+        if bad or not self.precisions:
+            raise ValueError(f"--precision {','.join(self.precisions)!r}: choose from {', '.join(PRECISIONS)}")
+        if self.opset not in OPSETS:
+            raise ValueError(f"--opset {self.opset}: choose from {', '.join(map(str, OPSETS))}")
+        if self.batch is not None and self.batch < 1:
+            raise ValueError("--batch must be at least 1")
+        if not self.out.endswith(".onnx"):
+            raise ValueError(f"--out {self.out}: the fp32 export's name must end in .onnx")
+
+
+def run_export(req: ExportRequest, log: Callable[[str], None] = print) -> list[Path]:
+    """The fp32 export, checked against PyTorch, and the variants asked for beside it; returns their paths."""
+    from .calibration import resolve_recipe
+    from .onnx_export import export_onnx
+    from .source import load_for_export
+
+    model, info = load_for_export(req.checkpoint, req.size, req.num_classes)
+    if info["random_weights"]:
+        log("warning: no --checkpoint, the weights are RANDOM: fine for latency, meaningless for accuracy")
+    out = Path(req.out)
+    rec = export_onnx(model, out, info, opset=req.opset, batch=req.batch, probe=req.probe)
+    log(f"{out}: fp32, opset {req.opset}, batch {rec['batch']}, ONNX Runtime vs PyTorch max abs error "
+        f"{rec['parity']['max_abs_err']:.2e}")
+    paths = [out]
+    recipe = resolve_recipe(req.calib_data, req.calib_n, 0, info["preprocess"]["dataset"])
+    for precision in (p for p in ("fp16", "int8") if p in req.precisions):
+        variant = make_variant(out, precision, model, recipe, req.data_root, log=log)
+        parity = variant.record["parity"]
+        log(f"{variant.path}: {precision}; vs PyTorch on {parity['images']} held-out images: top-1 agreement "
+            f"{parity['top1_agreement']:.4f}, max abs error {parity['max_abs_err']:.2e}")
+        paths.append(variant.path)
+    return paths

@@ -1,0 +1,183 @@
+"""Model configuration: one frozen dataclass and the registry of sizes.
+
+Every number is tagged as in `shared/paper/NOTES.md`: [paper] is fixed by the paper's text,
+[recon] is reconstructed (its tables are lost), [ours] is a choice the paper leaves open.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Sequence
+
+SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
+
+
+@dataclass(frozen=True)
+class MLiTConfig:
+    """Hyper-parameters of an mLiT encoder plus classification head."""
+
+    img_size: int = 36  # [paper] CIFAR's 32x32 is resized to 36x36
+    patch_size: int = 3  # [paper] 12x12 = 144 patches, plus one all-zero dummy patch
+    in_chans: int = 3
+    num_classes: int = 100  # 0 builds the encoder alone (no head), as mmLiT pre-training does
+    dim: int = 108
+    depth: int = 9
+    heads: int = 6
+    groups: int = 3  # [paper] GQA: G key/value heads shared by H/G query heads each
+    hidden_first: int = 81  # [paper] Eq. 2: hidden size falls linearly from first to last layer
+    hidden_last: int = 27
+    expert_stages: tuple[int, ...] = (3, 4, 5)  # [paper] 3 -> 5 experts in equal stages
+    top_k: int = 2  # [recon] the paper's worked example uses k=2 and never states another
+    shared: tuple[str, ...] = ("v", "w2")  # [paper] V, W2 and their biases are shared per layer
+    noisy_gating: bool = True  # [paper] Shazeer et al. noisy top-k gating, noise in training only
+    noise_eps: float = 1e-2  # [recon] floor on softplus(x Wnoise), as in Shazeer's reference code
+    balance: str = "cv"  # [paper] CV of importance/load; "cv2" is Shazeer's squared form [recon]
+    w_importance: float = 1e-2  # [paper]
+    w_load: float = 1e-2  # [paper]
+    moe_dropout: float = 0.0  # [paper] dropout on each MoE output; rate [ours]
+    head_dropout: float = 0.0  # [recon] LN -> dummy token -> dropout -> Linear; rate [ours]
+    drop_path: float = 0.0  # [ours] stochastic depth, max rate at the last layer
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.img_size % self.patch_size:
+            problems.append(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
+        if self.heads % self.groups:
+            problems.append(f"groups ({self.groups}) must divide heads ({self.heads})")
+        if self.dim % self.heads:
+            problems.append(f"heads ({self.heads}) must divide dim ({self.dim})")
+        if self.depth < 1 or self.depth % len(self.expert_stages):
+            problems.append(f"depth {self.depth} is not divisible into {len(self.expert_stages)} expert stages")
+        if any(not 1 <= self.top_k <= t for t in self.expert_stages):
+            problems.append(f"top_k={self.top_k} must be between 1 and every stage's expert count {self.expert_stages}")
+        if not set(self.shared) <= set(SHAREABLE):
+            problems.append(f"shared={self.shared!r}: each entry must be one of {SHAREABLE}")
+        if self.balance not in ("cv", "cv2"):
+            problems.append(f"balance={self.balance!r}: must be 'cv' or 'cv2'")
+        if min(self.hidden_first, self.hidden_last) < 1:
+            problems.append("hidden sizes must be positive")
+        if problems:
+            raise ValueError("invalid MLiTConfig: " + "; ".join(problems))
+
+    @property
+    def grid(self) -> int:
+        """Patches per side (12 for 36/3)."""
+        return self.img_size // self.patch_size
+
+    @property
+    def num_patches(self) -> int:
+        """Image patches, not counting the dummy patch (144)."""
+        return self.grid**2
+
+    @property
+    def num_tokens(self) -> int:
+        """Sequence length: the patches plus the dummy token (145)."""
+        return self.num_patches + 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    def hidden_sizes(self) -> list[int]:
+        """Eq. 2 of the paper: floor(((L-1) - i) / (L-1) * (h_first - h_last)) + h_last."""
+        L = self.depth
+        if L == 1:
+            return [self.hidden_first]
+        # Integer arithmetic, because float floor of e.g. 7/8*54 can land one below on some values.
+        return [((L - 1 - i) * (self.hidden_first - self.hidden_last)) // (L - 1) + self.hidden_last
+                for i in range(L)]
+
+    def experts_per_layer(self) -> list[int]:
+        """Expert count of each layer: the stages in order, each covering depth/len(stages) layers."""
+        per_stage = self.depth // len(self.expert_stages)
+        return [t for t in self.expert_stages for _ in range(per_stage)]
+
+    def replace(self, **overrides) -> "MLiTConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **overrides)
+
+
+# [recon] sizes; parameter counts are with a 100-class head (`mlit-edge info` recomputes them).
+SIZES: dict[str, MLiTConfig] = {
+    "s": MLiTConfig(dim=144, depth=15, heads=8, groups=4, hidden_first=144, hidden_last=72),  # 2.37M
+    "xs": MLiTConfig(dim=128, depth=12, heads=8, groups=4, hidden_first=96, hidden_last=32),  # 1.21M
+    "xxs": MLiTConfig(dim=108, depth=9, heads=6, groups=3, hidden_first=81, hidden_last=27),  # 0.66M
+}
+
+# Mae-ViT-C100 has 3.65M parameters; the paper sizes S, XS, XXS at 2/3, 1/3 and 18% of it, and
+# gives XXS as 0.67M outright.
+PAPER_PARAMS: dict[str, float] = {"s": 3.65e6 * 2 / 3, "xs": 3.65e6 / 3, "xxs": 0.67e6}
+
+
+def get_config(name: str, **overrides) -> MLiTConfig:
+    """The registered config `name` (case-insensitive) with `overrides` applied."""
+    key = name.lower()
+    if key not in SIZES:
+        raise KeyError(f"unknown model size {name!r}; valid sizes: {', '.join(SIZES)}")
+    return SIZES[key].replace(**overrides) if overrides else SIZES[key]
+
+
+def size_label(name: str, cfg: MLiTConfig) -> str:
+    """The name a run's checkpoint and artifacts carry: the registered size, or `<size>-custom` when
+    `cfg` differs from it in more than the head (e.g. after `--set`), so the files do not pass for it."""
+    key = name.lower().removesuffix("-custom")
+    base = SIZES.get(key)
+    if base is None:
+        return name
+    return key if cfg.replace(num_classes=base.num_classes) == base else f"{key}-custom"
+
+
+@dataclass(frozen=True)
+class MAEConfig:
+    """mmLiT: masked auto-encoder pre-training around an mLiT encoder."""
+
+    encoder: MLiTConfig = field(default_factory=lambda: SIZES["xxs"].replace(num_classes=0))
+    mask_ratio: float = 0.75  # [paper]
+    dec_dim: int = 108  # [recon] decoder: 2 MoE layers, width 108, 6 heads / 3 groups,
+    dec_depth: int = 2  # hidden 54, 3 experts, k=2
+    dec_heads: int = 6
+    dec_groups: int = 3
+    dec_hidden: int = 54
+    dec_experts: int = 3
+    alpha: float = 0.1  # [recon] weight of the MSE on unmasked patches (Eq. 3)
+    beta: float = 0.5  # [recon] weight of the MoE balancing loss (Eq. 3)
+    norm_pix_loss: bool = False  # [ours] per-patch normalised targets, as MAE's option
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.mask_ratio < 1.0:
+            raise ValueError(f"mask_ratio must be in [0, 1), got {self.mask_ratio}")
+        if self.encoder.num_classes != 0:
+            raise ValueError("the MAE encoder has no head: build its MLiTConfig with num_classes=0")
+
+    def replace(self, **overrides) -> "MAEConfig":
+        return dataclasses.replace(self, **overrides)
+
+
+def parse_overrides(items: Sequence[str], cls=MLiTConfig) -> dict:
+    """`KEY=VALUE` strings (`--set`) as typed `cls` fields: ints and floats parsed as such, booleans
+    strictly (true/false, yes/no, on/off, 1/0), tuples comma-separated. One-line ValueError otherwise."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in hints:
+            fields = ", ".join(f.name for f in dataclasses.fields(cls))
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of: {fields}")
+        kind = hints[key]
+        try:
+            if kind is bool:
+                value = BOOLEANS[raw.strip().lower()]
+            elif typing.get_origin(kind) is tuple:
+                elem = typing.get_args(kind)[0]
+                value = tuple(elem(v.strip()) for v in raw.split(",") if v.strip())
+            else:
+                value = kind(raw)
+        except (KeyError, ValueError):
+            kind_name = "boolean (true/false)" if kind is bool else getattr(kind, "__name__", str(kind))
+            raise ValueError(f"--set {item!r}: {raw!r} is not a valid {kind_name}") from None
+        out[key] = value
+    return out
+
+
+BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}

@@ -1,0 +1,127 @@
+"""`Classifier`: an artifact, the preprocessing its sidecar records and its class names.
+
+    from mlit_edge.runtime import Classifier
+    with Classifier.load("mlit-xxs-fp16.plan") as clf:      # or "mlit-xxs-fp32.onnx"
+        for p in clf.predict(["cat.jpg", frame_uint8_hwc]):
+            print(p.name, p.prob)
+
+`Classifier.load` goes through `open_artifact`, which verifies the file's sha256 (and for a plan the
+local TensorRT and GPU) on the very bytes it then loads. `predict` applies exactly the eval
+preprocessing the sidecar records and returns class ids, names and probabilities.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .artifact import BATCH_PROFILE, RunnerOptions, open_artifact
+from .images import InputError, check_array, load_image
+from .preprocess import normalize, resize_images
+from .runners import Runner, predict_all
+
+
+@dataclass
+class Prediction:
+    class_id: int
+    name: str
+    prob: float
+    top: list[tuple[int, str, float]]  # the k most probable classes, best first
+
+
+def _check_classifier_record(path: Path, record: dict) -> None:
+    missing = [k for k in ("classes", "preprocess") if not record.get(k)]
+    if missing or not {"mean", "std"} <= set(record.get("preprocess") or {}):
+        raise ValueError(f"{path.name}.json lacks {missing or ['preprocess.mean/std']}: not an mlit-edge "
+                         "classifier sidecar; rebuild the artifact with mlit-edge build")
+
+
+class Classifier:
+    """An mLiT artifact plus its recorded preprocessing and class names."""
+
+    def __init__(self, runner: Runner, record: dict, path: Path) -> None:
+        self.runner, self.record, self.path = runner, record, path
+        pre = record["preprocess"]
+        self.size, self.mean, self.std = int(pre.get("size", 36)), pre["mean"], pre["std"]
+        self.classes: list[str] = list(record["classes"])
+        profile = (record.get("engine") or {}).get("flags", {}).get("profile", {})
+        self.max_batch = runner.static_batch or int(profile.get("max", BATCH_PROFILE[-1]))
+
+    @classmethod
+    def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True,
+             ort_arena: bool = True) -> "Classifier":
+        """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar.
+
+        `ort_arena=False` turns ONNX Runtime's CPU memory arena off: large batches then give their memory
+        back after each call, at some latency cost (README, "Bench").
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist")
+        runner, record = open_artifact(path, RunnerOptions(threads=threads, ort_arena=ort_arena,
+                                                           cuda_graph=cuda_graph))
+        if runner.name == "torch":
+            raise ValueError(f"{path}: the runtime runs .plan and .onnx artifacts; build one with mlit-edge build")
+        _check_classifier_record(path, record)
+        runner.open()
+        return cls(runner, record, path)
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> "Classifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- preprocessing -------------------------------------------------------------------------------
+
+    def preprocess(self, images: Sequence | np.ndarray) -> np.ndarray:
+        """uint8 HWC arrays of any size, or file paths -> float32 (N, 3, S, S), as recorded in the sidecar."""
+        if isinstance(images, (str, Path)) or (isinstance(images, np.ndarray) and images.ndim in (2, 3)):
+            images = [images]
+        if isinstance(images, np.ndarray) and images.ndim == 4:
+            if len(images) == 0:
+                raise InputError("empty batch: nothing to classify")
+            if images.dtype != np.uint8:
+                check_array(images, "images")  # raises with the dtype (or NaN) in the message
+            check_array(images[0], "images[0]")
+            batch = resize_images(images, self.size)
+        else:
+            items = list(images)
+            if not items:
+                raise InputError("empty batch: nothing to classify")
+            arrays = [load_image(x) if isinstance(x, (str, Path)) else check_array(x, f"images[{i}]")
+                      for i, x in enumerate(items)]
+            batch = resize_images(arrays, self.size)
+        return normalize(batch, self.mean, self.std)
+
+    # -- inference -----------------------------------------------------------------------------------
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """Logits for an already preprocessed float32 (N, 3, S, S) batch, in chunks the artifact accepts."""
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 4 or x.shape[1:] != (3, self.size,
+                                                                                                     self.size):
+            raise InputError(f"expected float32 (N, 3, {self.size}, {self.size}); got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+        if len(x) == 0:
+            raise InputError("empty batch: nothing to classify")
+        if not np.isfinite(x).all():
+            raise InputError("the input contains NaN or infinity")
+        return predict_all(self.runner, x, self.max_batch)[0]
+
+    def predict(self, images: Sequence | np.ndarray, top_k: int = 1) -> list[Prediction]:
+        """Classify uint8 images (arrays of any size) or image files."""
+        logits = self.logits(self.preprocess(images)).astype(np.float64)
+        z = logits - logits.max(axis=1, keepdims=True)
+        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        k = max(1, min(top_k, probs.shape[1]))
+        order = np.argsort(-probs, axis=1)[:, :k]
+        return [Prediction(int(o[0]), self._name(o[0]), float(p[o[0]]),
+                           [(int(c), self._name(c), float(p[c])) for c in o]) for o, p in zip(order, probs)]
+
+    def _name(self, c) -> str:
+        return self.classes[int(c)] if int(c) < len(self.classes) else str(int(c))

@@ -1,0 +1,172 @@
+"""Provenance: the `X.json` sidecar next to every `.onnx` and `.plan`, and atomic artifact writes.
+
+The artifact itself stays raw (trtexec and DeepStream load it as is); the sidecar records what it
+is, what it was made from and with what. Loaders read and check it before touching the artifact.
+
+An artifact and its sidecar are replaced as a pair (`publish`): the new sidecar is first written
+under a hidden pending name, then the artifact is renamed into place, then the sidecar. A kill at
+any instant leaves the old pair, or the new artifact beside a pending sidecar that matches it, which
+`read_sidecar` accepts and `recover` completes: never a mix.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from .. import __version__
+
+FORMAT = "mlit-edge-artifact"
+AUTO_FIELDS = ("format", "mlit_edge_version", "artifact", "sha256", "bytes")
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sidecar_path(artifact: str | Path) -> Path:
+    """model.onnx -> model.onnx.json"""
+    return Path(f"{artifact}.json")
+
+
+def pending_path(artifact: str | Path) -> Path:
+    """model.onnx -> .model.onnx.json.pending: the next sidecar, while its pair is being replaced."""
+    artifact = Path(artifact)
+    return artifact.with_name(f".{artifact.name}.json.pending")
+
+
+@contextlib.contextmanager
+def temporary_beside(path: str | Path) -> Iterator[Path]:
+    """A hidden temporary file beside `path`, removed when the block ends unless it was moved away.
+
+    A failure or a kill leaves no partial file under the final name (after a SIGKILL only a dot-file
+    remains, which no loader picks up and the next build removes).
+    """
+    path = Path(path)
+    parent = path.parent
+    if not parent.exists():
+        raise FileNotFoundError(f"output folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"cannot write to {parent}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+    try:
+        yield Path(tmp)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    with temporary_beside(path) as tmp:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _record(artifact_name: str, content_path: Path, info: dict) -> dict:
+    return {"format": FORMAT, "mlit_edge_version": __version__, "artifact": artifact_name,
+            "sha256": sha256_file(content_path), "bytes": content_path.stat().st_size, **user_fields(info)}
+
+
+def _write_json(path: Path, record: dict) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
+
+
+def publish(tmp: str | Path, artifact: str | Path, info: dict) -> dict:
+    """Move the finished artifact at `tmp` to `artifact` together with its sidecar (`info` plus the
+    artifact's sha256, size and the mlit-edge version); returns the record as written."""
+    tmp, artifact = Path(tmp), Path(artifact)
+    record = _record(artifact.name, tmp, info)
+    _fsync(tmp)
+    _write_json(pending_path(artifact), record)
+    os.replace(tmp, artifact)
+    os.replace(pending_path(artifact), sidecar_path(artifact))
+    return record
+
+
+def write_sidecar(artifact: str | Path, info: dict) -> dict:
+    """(Re)write the sidecar of an artifact already in place; returns the record as written."""
+    artifact = Path(artifact)
+    record = _record(artifact.name, artifact, info)
+    _write_json(sidecar_path(artifact), record)
+    return record
+
+
+def user_fields(record: dict) -> dict:
+    """A sidecar record without the fields `publish` fills in itself (to derive a new record)."""
+    return {k: v for k, v in record.items() if k not in AUTO_FIELDS}
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"sidecar {path} is not valid JSON ({getattr(e, 'msg', e)}); rebuild the artifact") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise ValueError(f"{path} is not an mlit-edge sidecar")
+    return record
+
+
+def read_sidecar(artifact: str | Path, verify_hash: bool = True, content: bytes | None = None) -> dict:
+    """The sidecar of `artifact`, checked to belong to it (sha256) unless `verify_hash` is off.
+
+    With `content` (the artifact's bytes as the caller will use them) those bytes are hashed instead
+    of the file, so what was checked is exactly what gets loaded. After a kill in the middle of
+    `publish`, the pending sidecar that matches the new artifact is the one returned.
+    """
+    artifact = Path(artifact)
+    path, pending = sidecar_path(artifact), pending_path(artifact)
+    if not path.is_file() and not pending.is_file():
+        raise FileNotFoundError(f"{artifact} has no sidecar {path.name}; rebuild it with mlit-edge")
+    if not verify_hash:
+        return _load_json(path if path.is_file() else pending)
+    digest = hashlib.sha256(content).hexdigest() if content is not None else sha256_file(artifact)
+    for candidate in (path, pending):
+        if candidate.is_file():
+            record = _load_json(candidate)
+            if record.get("sha256") == digest:
+                return record
+    raise ValueError(f"{artifact} does not match its sidecar (sha256 differs): the file was changed or replaced; "
+                     "rebuild it with mlit-edge")
+
+
+def recover(folder: str | Path) -> list[str]:
+    """Finish or undo every `publish` a kill interrupted in `folder`: a pending sidecar that matches
+    its artifact is renamed into place, one that does not is removed. Returns what was done."""
+    done = []
+    for pending in Path(folder).glob(".*.json.pending"):
+        artifact = pending.with_name(pending.name[1:].removesuffix(".json.pending"))
+        try:
+            matches = artifact.is_file() and _load_json(pending).get("sha256") == sha256_file(artifact)
+        except (OSError, ValueError):
+            matches = False
+        if matches:
+            os.replace(pending, sidecar_path(artifact))
+            done.append(f"completed {sidecar_path(artifact).name}")
+        else:
+            pending.unlink(missing_ok=True)
+            done.append(f"dropped an unfinished {sidecar_path(artifact).name}")
+    return done

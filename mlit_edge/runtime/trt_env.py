@@ -1,0 +1,179 @@
+"""What a TensorRT engine is tied to, and the checks made before one is deserialized.
+
+`tensorrt` (JetPack, x86 CUDA) and `tensorrt_rtx` (PyPI, builds without a GPU) are imported lazily
+through `import_trt`, so this module imports anywhere. `verify_plan` proves, before any
+deserialization and on the very bytes that will be deserialized: the sha256 against the sidecar,
+the TensorRT module and version, and the GPU's compute capability. A mismatch is one line that says
+how to rebuild.
+"""
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .sidecar import read_sidecar
+
+MODULES = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}  # build target -> Python module
+
+
+class EngineError(RuntimeError):
+    """A plan that must not be deserialized here (tampered, another TensorRT, another GPU)."""
+
+
+def import_trt(target: str | None = None):
+    """The TensorRT module of `target` ("tensorrt" or "tensorrt-rtx"), or a one-line error naming what
+    to install. Without a target: `tensorrt` where installed, else `tensorrt_rtx`, else None."""
+    if target is None:
+        for name in MODULES.values():
+            try:
+                return __import__(name)
+            except ImportError:
+                continue
+        return None
+    name = MODULES[target]
+    try:
+        return __import__(name)
+    except ImportError:
+        hint = ("TensorRT comes with JetPack on Jetson, or `pip install tensorrt` with CUDA on x86; "
+                "--target onnxruntime or --target tensorrt-rtx work on this machine") if target == "tensorrt" \
+            else "pip install 'mlit-edge[trt-check]'"
+        raise RuntimeError(f"--target {target}: the `{name}` module is not installed ({hint})") from None
+
+
+@dataclass(frozen=True)
+class DeviceEnv:
+    """What an engine is tied to: the TensorRT build and the GPU (None where there is none)."""
+
+    trt_module: str | None
+    trt_version: str | None
+    gpu_name: str | None = None
+    compute_capability: str | None = None  # "8.7"
+    cuda_version: str | None = None
+    l4t: str | None = None  # Jetson Linux release, e.g. "R36.4.3"
+    jetpack: str | None = None
+    platform: str = ""
+
+
+def _cuda_props() -> tuple[str | None, str | None, str | None]:
+    """GPU 0's name, compute capability and the CUDA runtime version, via cuda-python or nvidia-smi."""
+    try:
+        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+
+        err, count = cudart.cudaGetDeviceCount()
+        if int(err) == 0 and count > 0:
+            err, props = cudart.cudaGetDeviceProperties(0)
+            _, ver = cudart.cudaRuntimeGetVersion()
+            name = props.name.decode(errors="replace").rstrip("\0") if isinstance(props.name, bytes) else str(props.name)
+            return name, f"{props.major}.{props.minor}", f"{ver // 1000}.{ver % 1000 // 10}"
+        return None, None, None
+    except Exception:  # not installed, or no driver: fall through to nvidia-smi
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=10).stdout.strip().splitlines()
+            if out:
+                name, cap = (s.strip() for s in out[0].split(","))
+                return name, cap, None
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+    return None, None, None
+
+
+def _jetson() -> tuple[str | None, str | None]:
+    """(L4T release, JetPack version) on a Jetson; (None, None) elsewhere."""
+    l4t = jetpack = None
+    release = Path("/etc/nv_tegra_release")
+    if release.is_file():
+        m = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", release.read_text())
+        if m:
+            l4t = f"R{m.group(1)}.{m.group(2)}"
+    if l4t and shutil.which("dpkg-query"):
+        try:
+            jetpack = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "nvidia-jetpack"], capture_output=True,
+                                     text=True, timeout=10).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return l4t, jetpack
+
+
+def local_env(target: str | None = None) -> DeviceEnv:
+    """This machine, as an engine sees it. `target` picks the TensorRT flavour to report."""
+    trt = None
+    if target:
+        try:
+            trt = import_trt(target)
+        except RuntimeError:  # not installed: the env says "no TensorRT"
+            trt = None
+    name, cap, cuda = _cuda_props()
+    l4t, jetpack = _jetson()
+    return DeviceEnv(trt.__name__ if trt else None, trt.__version__ if trt else None, name, cap, cuda, l4t, jetpack,
+                     f"{platform.system()} {platform.machine()}")
+
+
+def rebuild_hint(record: dict) -> str:
+    src = record.get("source_onnx") or "model.onnx"
+    return f"rebuild it here: mlit-edge build --onnx {src} --precision {record.get('precision', 'fp16')} --target " \
+           f"{record.get('target', 'tensorrt')}"
+
+
+def check_compatible(record: dict, env: DeviceEnv) -> None:
+    """Raise EngineError (one line, with the rebuild command) unless `env` can run the plan of `record`."""
+    eng = record.get("engine") or {}
+    built = eng.get("builder") or {}
+    dev = eng.get("device") or {}
+    if built.get("module") != env.trt_module or built.get("version") != env.trt_version:
+        have = f"{env.trt_module} {env.trt_version}" if env.trt_module else "no TensorRT"
+        raise EngineError(f"{record.get('artifact')} was built with {built.get('module')} {built.get('version')}; this "
+                          f"machine has {have}; {rebuild_hint(record)}")
+    if env.compute_capability is None:
+        raise EngineError(f"{record.get('artifact')}: no CUDA GPU on this machine, and a TensorRT engine needs one to "
+                          "deserialize (use the .onnx with ONNX Runtime here)")
+    want = dev.get("compute_capability")
+    if want is not None and want != env.compute_capability:
+        raise EngineError(f"{record.get('artifact')} was built for {dev.get('gpu_name')} (sm_{want.replace('.', '')}); "
+                          f"this GPU is {env.gpu_name} (sm_{env.compute_capability.replace('.', '')}); "
+                          f"{rebuild_hint(record)}")
+
+
+def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes | None = None) -> dict:
+    """The plan's sidecar record once the plan is proven intact and runnable here (nothing is
+    deserialized). `content`: the plan's bytes as they will be deserialized, hashed instead of the
+    file. Every refusal is an EngineError or FileNotFoundError with one line."""
+    plan = Path(plan)
+    if not plan.is_file():
+        raise FileNotFoundError(f"{plan} does not exist")
+    try:
+        record = read_sidecar(plan, content=content)
+    except ValueError as e:
+        raise EngineError(str(e)) from None
+    if record.get("kind") != "tensorrt-engine":
+        raise EngineError(f"{plan}: its sidecar describes a {record.get('kind', 'non-engine')} artifact, not a "
+                          "TensorRT engine")
+    check_compatible(record, env or local_env(record.get("target", "tensorrt")))
+    return record
+
+
+def deserialize(content: bytes, record: dict, plan: str | Path):
+    """TensorRT's engine from plan bytes that `verify_plan` passed."""
+    trt = import_trt(record.get("target", "tensorrt"))
+    engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(content)
+    if engine is None:
+        raise EngineError(f"TensorRT could not deserialize {plan}; {rebuild_hint(record)}")
+    return engine
+
+
+def load_engine(plan: str | Path, env: DeviceEnv | None = None):
+    """Read the plan once, verify those bytes (sha256, TensorRT version, GPU), then deserialize them.
+
+    Returns (engine, sidecar record).
+    """
+    plan = Path(plan)
+    content = plan.read_bytes() if plan.is_file() else None
+    record = verify_plan(plan, env, content)
+    return deserialize(content, record, plan), record

@@ -1,0 +1,149 @@
+"""Checkpoints: plain dicts, written atomically, read with `weights_only=True`, checked before use."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import __version__
+from ..model.config import MAEConfig, MLiTConfig
+
+FORMAT = "mlit-edge-checkpoint"
+FORMAT_VERSION = 1
+KINDS = ("mlit", "mmlit")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used for what was asked."""
+
+
+def config_to_dict(cfg: MLiTConfig | MAEConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _tuples(d: dict, cls) -> dict:
+    """Restore tuple-typed fields (asdict keeps tuples, but be tolerant of lists)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in d:
+            v = d[f.name]
+            out[f.name] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def config_from_dict(kind: str, d: dict) -> MLiTConfig | MAEConfig:
+    if kind == "mlit":
+        return MLiTConfig(**_tuples(d, MLiTConfig))
+    enc = MLiTConfig(**_tuples(d["encoder"], MLiTConfig))
+    rest = {k: v for k, v in _tuples(d, MAEConfig).items() if k != "encoder"}
+    return MAEConfig(encoder=enc, **rest)
+
+
+def rng_state() -> dict:
+    """Every random stream that training draws from, in a form `weights_only` loading accepts."""
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_atomic(obj: Any, path: str | Path) -> None:
+    """torch.save to a temporary file in the same folder, fsync, then rename over `path`."""
+    from ..runtime.sidecar import atomic_path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def make_checkpoint(kind: str, model: nn.Module, cfg: MLiTConfig | MAEConfig, size: str | None,
+                    data_meta: dict, **extra: Any) -> dict:
+    """The checkpoint dict: model weights, config, data and preprocessing, version, plus `extra`
+    (optimizer, scaler, scheduler, epoch, rng, args, metrics)."""
+    model = getattr(model, "module", model)  # unwrap DDP
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "mlit_edge_version": __version__,
+            "kind": kind, "size": size, "config": config_to_dict(cfg), "data": data_meta,
+            "model": model.state_dict(), **extra}
+
+
+def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str | torch.device = "cpu",
+                    content: bytes | None = None) -> dict:
+    """Read a checkpoint safely; refuse pickles that need code, foreign files and the wrong kind.
+
+    `content`: the file's bytes when the caller already read them (to hash exactly what is loaded).
+    """
+    path = Path(path)
+    if content is None and not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(io.BytesIO(content) if content is not None else path, map_location=map_location,
+                          weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
+                              f"{first[:200]})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"refused {path}: not an mlit-edge checkpoint (no '{FORMAT}' marker)")
+    if ckpt.get("format_version", 0) > FORMAT_VERSION:
+        raise CheckpointError(f"{path} was written by a newer mlit-edge ({ckpt.get('mlit_edge_version')}); upgrade")
+    if kind is not None and ckpt.get("kind") != kind:
+        want = {"mlit": "a supervised mLiT", "mmlit": "an mmLiT pre-training"}[kind]
+        raise CheckpointError(f"{path} holds a {describe(ckpt)}, but {want} checkpoint is needed")
+    return ckpt
+
+
+def read_checkpoint(path: str | Path, kind: str | None = None) -> tuple[dict, str]:
+    """The checkpoint and the sha256 of the bytes it was loaded from, from one read of the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    content = path.read_bytes()
+    return load_checkpoint(path, kind, content=content), hashlib.sha256(content).hexdigest()
+
+
+def describe(ckpt: dict) -> str:
+    """e.g. 'mlit-xxs trained on mnist5k (10 classes)'."""
+    size = ckpt.get("size") or "custom"
+    data = ckpt.get("data", {})
+    return f"{ckpt.get('kind')}-{size} model trained on {data.get('name', '?')} ({len(data.get('classes', []))} classes)"
+
+
+def model_from_checkpoint(ckpt: dict) -> nn.Module:
+    """Rebuild the model a checkpoint describes and load its weights strictly."""
+    from ..model.mae import MMLiT
+    from ..model.mlit import MLiT
+
+    cfg = config_from_dict(ckpt["kind"], ckpt["config"])
+    model = MLiT(cfg) if ckpt["kind"] == "mlit" else MMLiT(cfg)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint weights do not match its own config: {str(e).splitlines()[0]}") from None
+    return model

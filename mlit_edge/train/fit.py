@@ -1,0 +1,249 @@
+"""A whole training run (supervised, MAE pre-training or fine-tuning), resumable after a kill.
+
+Each epoch ends with a metrics line in `metrics.jsonl`, refreshed plots, and an atomic `checkpoint.pt`
+that holds everything needed to continue bit for bit: model, optimizer, scaler, scheduler, epoch and
+every rank's RNG state.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import checkpoint as ck
+from ..model.config import MAEConfig, MLiTConfig, get_config, size_label
+from ..model.mlit import MLiT, count_parameters
+from .data import ImageSet, Loader, load_dataset
+from .distributed import Dist, barrier, gather_objects, init_distributed, shutdown
+from .loop import ExpertCounter, evaluate, lr_at, param_groups, scaled_lr, train_one_epoch
+
+TASKS = ("train", "pretrain", "finetune")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What `mlit-edge train | pretrain | finetune` was asked to do."""
+
+    task: str = "train"
+    size: str = "xxs"
+    data: str = "mnist5k"
+    data_root: str = "data"
+    download: bool = False
+    out: str = "runs/xxs-mnist5k"
+    epochs: int = 30
+    batch_size: int = 128  # global, across all processes
+    lr: float | None = None  # None: the paper's 3e-4 * batch / 256
+    min_lr: float = 0.0
+    warmup_frac: float = 0.05  # [paper] warm-up over the first 5% of epochs
+    weight_decay: float = 0.05  # [paper]
+    clip_grad: float | None = None
+    amp: str = "auto"  # auto (fp16 on CUDA, off on CPU) | fp16 | bf16 | off
+    device: str = "auto"
+    seed: int = 0
+    deterministic: bool = False
+    resident: bool = False  # keep the whole dataset on the device
+    compile: bool = False
+    resume: bool = False
+    init_from: str | None = None  # mmLiT checkpoint to fine-tune from
+    overrides: dict = field(default_factory=dict)  # MLiTConfig fields
+    mask_ratio: float | None = None  # MAE only
+    eval_every: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}")
+        if self.amp not in ("auto", "fp16", "bf16", "off"):
+            raise ValueError(f"--amp {self.amp!r}: choose from auto, fp16, bf16, off")
+        for name in ("epochs", "batch_size", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.task == "finetune" and not self.init_from:
+            raise ValueError("finetune needs --from PRETRAIN.pt (an mmLiT checkpoint)")
+
+    @classmethod
+    def for_task(cls, task: str, size: str, out: str | None = None, **fields) -> "RunConfig":
+        """The run a CLI command asks for; `out` defaults to runs/TASK-SIZE-DATA."""
+        data_tag = fields.get("data", cls.data).rstrip("/").split("/")[-1]
+        return cls(task=task, size=size, out=out or f"runs/{task}-{size}-{data_tag}", **fields)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda asked for, but no CUDA GPU is available on this machine")
+    return device
+
+
+def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """[paper] fp16 mixed precision on CUDA; bf16 on request; fp32 on CPU by default."""
+    if amp == "auto":
+        return torch.float16 if device.type == "cuda" else None
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16 or --amp off")
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "off": None}[amp]
+
+
+def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, MLiTConfig | MAEConfig, str]:
+    """The model for the task, with its checkpoint kind, config and size name."""
+    from ..model.mae import MMLiT, classifier_from_mae
+
+    classes = len(train_set.classes)
+    if run.task == "finetune":
+        pre = ck.load_checkpoint(run.init_from, kind="mmlit")
+        enc = ck.config_from_dict("mmlit", pre["config"]).encoder
+        model = classifier_from_mae(pre["model"], enc, classes, **run.overrides)
+        return model, "mlit", model.cfg, size_label(pre.get("size") or run.size, model.cfg)
+    if run.task == "pretrain":
+        enc = get_config(run.size, num_classes=0, **run.overrides)
+        cfg = MAEConfig(encoder=enc) if run.mask_ratio is None else MAEConfig(encoder=enc, mask_ratio=run.mask_ratio)
+        return MMLiT(cfg), "mmlit", cfg, size_label(run.size, enc)
+    cfg = get_config(run.size, num_classes=classes, **run.overrides)
+    return MLiT(cfg), "mlit", cfg, size_label(run.size, cfg)
+
+
+def _check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Path) -> None:
+    """Refuse to continue a checkpoint of another model, task or dataset."""
+    if ckpt["kind"] != kind or ckpt["config"] != ck.config_to_dict(cfg) or ckpt["data"]["name"] != data.name:
+        raise ck.CheckpointError(f"{path} holds a {ck.describe(ckpt)}; this run is {kind}-{size} on {data.name}. "
+                                 "Use another --out, or drop --resume to start a new run elsewhere")
+
+
+def _rewrite_log(path: Path, keep_below_epoch: int) -> list[dict]:
+    """Drop log lines of epochs that the checkpoint does not hold (they will be redone)."""
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r["epoch"] < keep_below_epoch]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+    return rows
+
+
+def fit(run: RunConfig, log=print) -> dict:
+    """Run training as `run` says; returns the last epoch's metrics. Rank 0 writes all files."""
+    device = resolve_device(run.device)
+    d = init_distributed(device)
+    if d.enabled and device.type == "cuda":
+        device = torch.device("cuda", d.local_rank)
+    try:
+        return _fit(run, device, d, log)
+    finally:
+        shutdown(d)
+
+
+def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
+    out = Path(run.out)
+    ckpt_path, log_path = out / "checkpoint.pt", out / "metrics.jsonl"
+    if run.batch_size % d.world:
+        raise ValueError(f"--batch-size {run.batch_size} must be divisible by the {d.world} processes")
+    if ckpt_path.exists() and not run.resume:
+        raise FileExistsError(f"{ckpt_path} already exists; pass --resume to continue it, or choose another --out")
+    if run.resume and not ckpt_path.exists():
+        raise FileNotFoundError(f"nothing to resume: {ckpt_path} does not exist")
+    if run.deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    dtype = amp_dtype(run.amp, device)
+    torch.manual_seed(run.seed + d.rank)
+
+    train_set = load_dataset(run.data, "train", run.data_root, run.download and d.main)
+    test_set = load_dataset(run.data, "test", run.data_root) if run.task != "pretrain" and d.main else None
+    model, kind, cfg, size = build_model(run, train_set)
+    model.to(device)
+    per_rank = run.batch_size // d.world
+    loader = Loader(train_set, per_rank, train=True, device=device, seed=run.seed, rank=d.rank, world=d.world,
+                    resident=run.resident)
+    if len(loader) == 0:
+        raise ValueError(f"--batch-size {run.batch_size} is larger than the {len(train_set)} training images")
+    base_lr = run.lr if run.lr is not None else scaled_lr(run.batch_size)
+    total = run.epochs * len(loader)
+    warmup = int(run.warmup_frac * total)
+    optimizer = torch.optim.AdamW(param_groups(model, run.weight_decay), lr=base_lr, betas=(0.9, 0.95))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_at(step, total, base_lr, warmup, run.min_lr) / base_lr)
+    scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+
+    start_epoch, rows = 0, []
+    if run.resume:
+        state = ck.load_checkpoint(ckpt_path, map_location=device)
+        _check_resume(state, kind, cfg, size, train_set, ckpt_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        start_epoch = state["epoch"]
+        rngs = state["rng"]
+        if len(rngs) == d.world:
+            ck.set_rng_state(rngs[d.rank])
+        else:
+            log(f"note: checkpoint has RNG states for {len(rngs)} processes, this run has {d.world}; reseeding")
+        if d.main:
+            rows = _rewrite_log(log_path, start_epoch)
+            log(f"resuming {ckpt_path} after epoch {start_epoch}")
+
+    net: nn.Module = DDP(model) if d.enabled else model
+    if run.compile:
+        net = torch.compile(net)
+    experts = cfg.encoder.experts_per_layer() + [cfg.dec_experts] * cfg.dec_depth if kind == "mmlit" \
+        else cfg.experts_per_layer()
+    eval_loader = Loader(test_set, 256, train=False, device=device) if test_set is not None else None
+    if d.main:
+        n_params = count_parameters(model)
+        log(f"{run.task}: {kind}-{size} ({n_params / 1e6:.3f}M params) on {train_set.name} "
+            f"({len(train_set)} images), {d.world} process(es) on {device}, global batch {run.batch_size}, "
+            f"lr {base_lr:.2e}, amp {dtype or 'off'}, {run.epochs} epochs -> {out}")
+
+    metrics: dict = rows[-1] if rows else {}
+    for epoch in range(start_epoch, run.epochs):
+        loader.set_epoch(epoch)
+        counter = ExpertCounter(experts)
+        train_m = train_one_epoch(net, loader, optimizer, scheduler, scaler, "pretrain" if kind == "mmlit" else
+                                  "train", counter, dtype, run.clip_grad, run.progress and d.main,
+                                  desc=f"epoch {epoch + 1}/{run.epochs}")
+        rngs = gather_objects(ck.rng_state(), d)
+        if d.main:
+            test_m = None
+            if eval_loader is not None and ((epoch + 1) % run.eval_every == 0 or epoch + 1 == run.epochs):
+                test_m = evaluate(model, eval_loader, dtype)
+            metrics = {"epoch": epoch, "train": train_m, "test": test_m, "experts": counter.fractions()}
+            rows.append(metrics)
+            out.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+            _report(epoch, run.epochs, train_m, test_m, log)
+            _plots(rows, counter.fractions(), out, kind)
+            ck.save_atomic(ck.make_checkpoint(
+                kind, model, cfg, size, train_set.meta(), optimizer=optimizer.state_dict(),
+                scheduler=scheduler.state_dict(), scaler=scaler.state_dict() if scaler else None,
+                epoch=epoch + 1, step=scheduler.last_epoch, rng=rngs, args=asdict(run), metrics=metrics,
+                init_from=run.init_from), ckpt_path)
+        barrier(d)
+    return metrics
+
+
+def _report(epoch: int, epochs: int, train_m: dict, test_m: dict | None, log) -> None:
+    msg = f"epoch {epoch + 1}/{epochs}: train loss {train_m['loss']:.4f}"
+    if "acc" in train_m:
+        msg += f" acc {train_m['acc']:.4f}"
+    if test_m:
+        msg += f" | test loss {test_m['loss']:.4f} top-1 {test_m['acc']:.4f}"
+    log(msg + f" | {train_m['img_per_s']:.0f} img/s, lr {train_m['lr']:.2e}")
+
+
+def _plots(rows: list[dict], fractions: list[list[float]], out: Path, kind: str) -> None:
+    from .plots import plot_curves, plot_experts
+
+    plot_curves(rows, out / "loss.png", loglog=kind == "mmlit",
+                title="mmLiT pre-training loss (log-log)" if kind == "mmlit" else "mLiT training")
+    if fractions:
+        plot_experts(fractions, out / "experts.png")

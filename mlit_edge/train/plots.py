@@ -1,0 +1,75 @@
+"""PNG plots of a run: loss curves (log-log for pre-training, like the paper's Figure 6) and a heat map
+of expert utilisation. Written atomically; matplotlib is imported lazily with the Agg backend."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Write `fig` as a PNG atomically (a temporary beside `path`, then a rename) and close it."""
+    from ..runtime.sidecar import atomic_path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    finally:
+        pyplot().close(fig)
+    return path
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(rows: list[dict], path: str | Path, loglog: bool = False, title: str = "") -> None:
+    """Training (and test) loss per epoch; accuracy on a second axis when present."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    epochs = [r["epoch"] + 1 for r in rows]
+    ax.plot(epochs, [r["train"]["loss"] for r in rows], label="train loss")
+    tested = [r for r in rows if r.get("test")]
+    if tested:
+        ax.plot([r["epoch"] + 1 for r in tested], [r["test"]["loss"] for r in tested], label="test loss")
+        ax2 = ax.twinx()
+        ax2.plot([r["epoch"] + 1 for r in tested], [r["test"]["acc"] for r in tested], "g--", label="test top-1")
+        ax2.set_ylabel("test top-1")
+        ax2.legend(loc="center right")
+    if loglog:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.legend(loc="upper right")
+    save_figure(fig, path)
+
+
+def plot_experts(fractions: list[list[float]], path: str | Path, title: str = "") -> None:
+    """Heat map: one row per MoE layer, one column per expert, colour = share of routed tokens."""
+    import numpy as np
+
+    plt = pyplot()
+    width = max(len(r) for r in fractions)
+    grid = np.full((len(fractions), width), np.nan)
+    for i, r in enumerate(fractions):
+        grid[i, : len(r)] = r
+    fig, ax = plt.subplots(figsize=(1.2 + 0.8 * width, 1.0 + 0.35 * len(fractions)))
+    im = ax.imshow(grid, cmap="viridis", vmin=0, aspect="auto")
+    for (i, j), v in np.ndenumerate(grid):
+        if not np.isnan(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < grid[~np.isnan(grid)].max() * 0.6
+                    else "k", fontsize=8)
+    ax.set_xlabel("expert")
+    ax.set_ylabel("MoE layer")
+    ax.set_xticks(range(width))
+    ax.set_yticks(range(len(fractions)))
+    ax.set_title(title or "share of tokens routed to each expert")
+    fig.colorbar(im, ax=ax)
+    save_figure(fig, path)

@@ -1,0 +1,208 @@
+"""ONNX export, precision variants and the TensorRT check, on real sizes and a quickly trained model."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from mlit_edge.train.data import Loader, load_dataset  # noqa: E402
+from mlit_edge.export.onnx_export import export_onnx
+from mlit_edge.export.source import load_for_export  # noqa: E402
+from mlit_edge.engine.check import check, trt_build  # noqa: E402
+from mlit_edge.export.graph_check import DENIED, static_checks  # noqa: E402
+from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
+from mlit_edge.model.mlit import create_model  # noqa: E402
+from mlit_edge.export.calibration import Recipe  # noqa: E402
+from mlit_edge.export.precision import router_nodes, to_fp16, to_int8  # noqa: E402
+from mlit_edge.export.variants import make_variant  # noqa: E402
+from mlit_edge.runtime.runners import OnnxRuntimeRunner
+from mlit_edge.export.static import to_deploy  # noqa: E402
+from mlit_edge.export.torch_runner import TorchRunner  # noqa: E402
+from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+
+
+@pytest.fixture(scope="module", params=["xxs", "xs", "s"])
+def exported(request, tmp_path_factory):
+    torch.manual_seed(0)
+    model, info = load_for_export(None, request.param, 10)
+    path = tmp_path_factory.mktemp(request.param) / "model.onnx"
+    export_onnx(model, path, info, probe=True)
+    return model, path
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_onnxruntime_matches_pytorch_with_same_routing(exported, batch):
+    model, path = exported
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 36, 36)).astype(np.float32)
+    with OnnxRuntimeRunner(path) as ort_run:
+        got = ort_run.infer({"images": x})
+    with torch.no_grad():
+        logits, aux = model(torch.from_numpy(x), return_aux=True, sparse=True)  # the sparse reference
+    assert np.abs(got["logits"] - logits.numpy()).max() <= 1e-4
+    for i, experts in enumerate(aux.experts):
+        assert np.array_equal(got[f"experts_{i}"], experts.numpy())
+
+
+def test_exported_graph_is_static_and_has_no_denied_ops(exported):
+    _, path = exported
+    rep = static_checks(path)
+    assert rep.ok, rep.problems
+    assert not set(rep.ops) & DENIED and "Attention" not in rep.ops
+    assert 18 <= rep.opset <= 20 and rep.ops["LayerNormalization"] > 0 and rep.ops["TopK"] > 0
+
+
+def test_sidecar_and_metadata_record_provenance(exported):
+    model, path = exported
+    record = read_sidecar(path)
+    assert record["precision"] == "fp32" and record["opset"] == 18 and record["batch"] == "dynamic"
+    assert record["model"]["params"] == sum(p.numel() for p in model.parameters())
+    assert record["random_weights"] and record["parity"]["max_abs_err"] <= 1e-4
+    meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert json.loads(meta["mlit_edge"])["model"]["config"]["depth"] == model.cfg.depth
+
+
+def test_static_check_catches_denied_ops_dynamic_shapes_and_topk(tmp_path):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("TopK", ["x", "k"], ["v", "i"])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT if n == "v" else TensorProto.INT64, None)
+            for n in ("nz", "v", "i")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, k], outs), opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, tmp_path / "bad.onnx")
+    problems = " | ".join(static_checks(tmp_path / "bad.onnx").problems)
+    assert "NonZero" in problems and "dynamic non-batch" in problems and "k is computed at run time" in problems
+
+
+@pytest.fixture(scope="module")
+def trained(trained_checkpoint, tmp_path_factory):
+    """The trained small mLiT, exported with routing outputs and with fp16 and INT8 variants."""
+    model, _ = trained_checkpoint
+    folder = tmp_path_factory.mktemp("trained")
+    info = load_for_export(None, "xxs", 10)[1]
+    info["model"]["size"] = None
+    export_onnx(model, folder / "m.onnx", info, probe=True)
+    for precision in ("fp16", "int8"):  # the one function that export and build both use
+        make_variant(folder / "m.onnx", precision, model, Recipe("mnist5k", "train", 256), evaluate=False,
+                     log=lambda _: None)
+    return model, folder
+
+
+def _predictions(path, images):
+    with OnnxRuntimeRunner(path) as r:
+        return r.infer({"images": images})
+
+
+def test_fp16_and_int8_agree_with_pytorch_on_real_digits(trained):
+    model, folder = trained
+    test = load_dataset("mnist5k", "test")
+    x, y = next(iter(Loader(test, 1000, train=False)))
+    with torch.no_grad():
+        ref = model(x).argmax(-1).numpy()
+    ref_acc = (ref == y.numpy()).mean()
+    assert ref_acc > 0.5  # the model has learned something, so agreement is meaningful
+    agreement = {}
+    for precision in ("fp16", "int8"):
+        out = _predictions(folder / f"m-{precision}.onnx", x.numpy())
+        agreement[precision] = (out["logits"].argmax(-1) == ref).mean()
+    print(f"top-1 agreement with PyTorch on 1000 test digits: {agreement} (PyTorch top-1 {ref_acc:.3f})")
+    assert agreement["fp16"] >= 0.99 and agreement["int8"] >= 0.95
+
+
+def test_precision_variants_keep_router_in_float(trained):
+    _, folder = trained
+    fp16 = onnx.load(str(folder / "m-fp16.onnx"))
+    topk_inputs = {n.input[0] for n in fp16.graph.node if n.op_type == "TopK"}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.shape_inference.infer_shapes(fp16).graph.value_info}
+    assert all(types[t] == onnx.TensorProto.FLOAT for t in topk_inputs)  # gate logits stay fp32
+    int8 = onnx.load(str(folder / "m-int8.onnx"))
+    routers = router_nodes(onnx.load(str(folder / "m.onnx")))
+    quantized_inputs = {i for n in int8.graph.node if n.op_type == "DequantizeLinear" for i in n.output}
+    gate_matmuls = [n for n in int8.graph.node if n.name in routers and n.op_type in ("MatMul", "Gemm")]
+    assert gate_matmuls and not any(i in quantized_inputs for n in gate_matmuls for i in n.input)
+    assert read_sidecar(folder / "m-int8.onnx")["precision"] == "int8"
+
+
+@pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (pip install 'mlit-edge[trt-check]')")
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_tensorrt_builds_xxs_engines(tmp_path, precision):
+    model, info = load_for_export(None, "xxs", 10)
+    export_onnx(model, tmp_path / "m.onnx", info)
+    path = tmp_path / "m.onnx"
+    if precision == "fp16":
+        to_fp16(path, tmp_path / "m.fp16.onnx")
+        path = tmp_path / "m.fp16.onnx"
+    elif precision == "int8":
+        calib = np.random.default_rng(0).standard_normal((32, 3, 36, 36)).astype(np.float32)
+        to_int8(path, tmp_path / "m.int8.onnx", calib, {"name": "noise"})
+        path = tmp_path / "m.int8.onnx"
+    result = trt_build(path)
+    assert result["ok"], result.get("errors")
+    assert result["layers"] > 100 and result["engine_bytes"] > 0
+    assert check(path).ok
+
+
+@pytest.mark.skipif(shutil.which("polygraphy") is None and not (Path(sys.executable).parent / "polygraphy").exists(),
+                    reason="polygraphy is not installed")
+def test_polygraphy_runs_the_export_with_onnxruntime(trained):
+    _, folder = trained
+    exe = shutil.which("polygraphy") or str(Path(sys.executable).parent / "polygraphy")
+    proc = subprocess.run([exe, "run", str(folder / "m.onnx"), "--onnxrt", "--input-shapes", "images:[4,3,36,36]"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "PASSED" in proc.stdout + proc.stderr
+
+
+def test_torch_runner_and_ort_runner_share_the_interface(trained):
+    model, folder = trained
+    x = np.zeros((2, 3, 36, 36), np.float32)
+    names = ["logits"] + [f"experts_{i}" for i in range(model.cfg.depth)]
+    with TorchRunner(to_deploy(model, probe=True), names, (None, 3, 36, 36)) as a, \
+            OnnxRuntimeRunner(folder / "m.onnx") as b:
+        for r in (a, b):  # the contract lives on the base class: nothing is asked of the backend
+            assert r.is_active and r.input_names == ["images"] and r.static_batch is None
+            assert r.input_shape == (None, 3, 36, 36) and r.route_names == names[1:]
+        assert np.abs(a.infer({"images": x})["logits"] - b.infer({"images": x})["logits"]).max() < 1e-4
+    assert not a.is_active and not b.is_active
+    with pytest.raises(RuntimeError, match="closed"):
+        b.infer({"images": x})
+
+
+@pytest.mark.parametrize("args,message", [
+    (["check", "NOT_THERE.onnx"], "does not exist"),
+    (["export", "--size", "xxs", "--out", "/nonexistent-dir/m.onnx"], "does not exist"),
+    (["export", "--size", "xxs", "--precision", "fp8"], "choose from"),
+    (["export", "--size", "xxl"], "valid sizes"),
+])
+def test_export_and_check_bad_input(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_check_refuses_a_non_onnx_file(tmp_path):
+    (tmp_path / "x.onnx").write_bytes(b"\x00garbage")
+    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "check", str(tmp_path / "x.onnx")],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "is not an ONNX model" in proc.stderr
+
+
+def test_export_refuses_checkpoint_of_another_size(tmp_path):
+    from mlit_edge.train.checkpoint import make_checkpoint, save_atomic
+
+    model = create_model("xxs", num_classes=10)
+    meta = {"name": "mnist5k", "classes": [str(i) for i in range(10)], "mean": [0.1] * 3, "std": [0.3] * 3}
+    save_atomic(make_checkpoint("mlit", model, model.cfg, "xxs", meta), tmp_path / "c.pt")
+    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "export", "--checkpoint", str(tmp_path / "c.pt"),
+                           "--size", "s", "--out", str(tmp_path / "m.onnx")], capture_output=True, text=True)
+    assert proc.returncode != 0 and "not S" in proc.stderr and not (tmp_path / "m.onnx").exists()

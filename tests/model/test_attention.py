@@ -1,0 +1,50 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mlit_edge.model.attention import Attention
+
+
+def test_gqa_with_g_equal_h_matches_pytorch_multihead_attention():
+    D, H = 24, 4
+    attn = Attention(D, H, groups=H).eval()
+    mha = nn.MultiheadAttention(D, H, bias=False, batch_first=True).eval()
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([attn.q.weight, attn.k.weight, attn.v.weight]))
+        mha.out_proj.weight.copy_(attn.proj.weight)
+    x = torch.randn(3, 10, D)
+    expected, _ = mha(x, x, x, need_weights=False)
+    torch.testing.assert_close(attn(x), expected, atol=1e-6, rtol=1e-5)
+
+
+def reference_gqa(attn: Attention, x: torch.Tensor) -> torch.Tensor:
+    """Loops over query heads; head h reads key/value head h // (H / G)."""
+    H, G, C = attn.heads, attn.groups, attn.head_dim
+    q, k, v = attn.q(x), attn.k(x), attn.v(x)
+    outs = []
+    for h in range(H):
+        g = h // (H // G)
+        qh, kh, vh = q[..., h * C:(h + 1) * C], k[..., g * C:(g + 1) * C], v[..., g * C:(g + 1) * C]
+        weights = torch.softmax(qh @ kh.transpose(-1, -2) / math.sqrt(C), dim=-1)
+        outs.append(weights @ vh)
+    return attn.proj(torch.cat(outs, dim=-1))
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 6])
+def test_gqa_matches_loop_reference(groups):
+    attn = Attention(36, 6, groups).eval()
+    x = torch.randn(2, 7, 36)
+    torch.testing.assert_close(attn(x), reference_gqa(attn, x), atol=1e-6, rtol=1e-5)
+
+
+def test_mqa_has_one_kv_head_and_no_biases():
+    attn = Attention(36, 6, 1)
+    assert attn.k.weight.shape == (6, 36) and attn.v.weight.shape == (6, 36)
+    assert all(m.bias is None for m in (attn.q, attn.k, attn.v, attn.proj))
+
+
+def test_groups_must_divide_heads():
+    with pytest.raises(ValueError, match="groups"):
+        Attention(36, 6, 4)

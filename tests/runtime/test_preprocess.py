@@ -1,0 +1,51 @@
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mlit_edge.train.data import ImageSet, Loader
+from mlit_edge.runtime.preprocess import normalize, preprocess, resize_images, resize_weights
+
+
+@pytest.mark.parametrize("n_in", [28, 32, 36, 57, 100, 500])
+def test_resize_matches_torch_antialiased_bilinear(n_in):
+    img = np.random.default_rng(0).uniform(0, 255, (n_in, n_in + 3, 3))
+    ours = np.einsum("oh,hwc->owc", resize_weights(n_in, 36), img)
+    ours = np.einsum("pw,owc->opc", resize_weights(n_in + 3, 36), ours)
+    ref = F.interpolate(torch.from_numpy(img).permute(2, 0, 1)[None], size=(36, 36), mode="bilinear",
+                        align_corners=False, antialias=True)[0].permute(1, 2, 0).numpy()
+    np.testing.assert_allclose(ours, ref, atol=1e-6 * 255)
+
+
+def test_resize_rows_sum_to_one_and_identity_at_same_size():
+    np.testing.assert_allclose(resize_weights(80, 36).sum(1), 1.0)
+    img = np.random.default_rng(1).integers(0, 256, (36, 36, 3), dtype=np.uint8)
+    assert np.array_equal(resize_images([img])[0], img)
+
+
+def test_gray_and_rgba_become_rgb():
+    gray = np.full((28, 28), 200, np.uint8)
+    rgba = np.zeros((40, 30, 4), np.uint8)
+    out = resize_images([gray, rgba])
+    assert out.shape == (2, 36, 36, 3) and (out[0] == 200).all() and (out[1] == 0).all()
+
+
+@pytest.mark.parametrize("bad,err", [(np.zeros((8, 8), np.float32), TypeError),
+                                     (np.zeros((8, 8, 2), np.uint8), ValueError),
+                                     (np.zeros((0, 8, 3), np.uint8), ValueError)])
+def test_bad_images_are_refused(bad, err):
+    with pytest.raises(err):
+        preprocess([bad], (0.5,) * 3, (0.5,) * 3)
+
+
+def test_device_normalisation_equals_numpy_eval_preprocessing():
+    """Training normalises on the device; the runtime uses preprocess(); they must agree to 1e-6."""
+    rng = np.random.default_rng(2)
+    raw = [rng.integers(0, 256, (28, 28), dtype=np.uint8) for _ in range(6)]
+    mean, std = (0.1307,) * 3, (0.3081,) * 3
+    stored = resize_images(raw)  # what the dataset keeps
+    ds = ImageSet("t", torch.from_numpy(stored.transpose(0, 3, 1, 2).copy()), torch.zeros(6, dtype=torch.int64),
+                  ["0"], mean, std, flip=False)
+    x, _ = next(iter(Loader(ds, 6, train=False)))
+    np.testing.assert_allclose(x.numpy(), preprocess(raw, mean, std), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(normalize(stored, mean, std), preprocess(raw, mean, std), atol=0)

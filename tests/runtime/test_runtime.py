@@ -1,0 +1,193 @@
+"""The embedded runtime: no torch, the training eval preprocessing, the bench's predictions, bad input."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+Image = pytest.importorskip("PIL.Image")
+
+from mlit_edge.train.data import Loader, load_dataset, mnist5k_raw  # noqa: E402
+from mlit_edge.engine.builder import write_plan  # noqa: E402
+from mlit_edge.export.onnx_export import export_onnx
+from mlit_edge.export.source import load_for_export  # noqa: E402
+from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
+from mlit_edge.runtime import Classifier, InputError  # noqa: E402
+from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
+
+ROOT = Path(__file__).parent.parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def model_onnx(trained_checkpoint, tmp_path_factory) -> Path:
+    """The trained small mLiT (so predictions vary), exported with its sidecar."""
+    model, ckpt = trained_checkpoint
+    _, info = load_for_export(str(ckpt), None)
+    path = tmp_path_factory.mktemp("rt") / "m.onnx"
+    export_onnx(model, path, info)
+    return path
+
+
+def png(path: Path, array: np.ndarray) -> Path:
+    Image.fromarray(array).save(path)
+    return path
+
+
+def test_runtime_and_predict_cli_never_import_torch(model_onnx, tmp_path):
+    digit = mnist5k_raw("test")[0][0]
+    img = png(tmp_path / "digit.png", digit)
+    script = textwrap.dedent(f"""
+        import sys, json
+        class NoTorch:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("torch is blocked in this test")
+        sys.meta_path.insert(0, NoTorch())
+        import numpy as np
+        from mlit_edge.runtime import Classifier
+        with Classifier.load({str(model_onnx)!r}) as clf:
+            a = clf.predict([np.zeros((50, 70, 3), np.uint8), {str(img)!r}], top_k=3)
+        from mlit_edge.cli import main
+        try:
+            main(["predict", {str(img)!r}, "--model", {str(model_onnx)!r}, "--json"])
+        except SystemExit as e:
+            assert e.code in (0, None), e.code
+        assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)
+        print("OK", len(a), a[1].name)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "OK 2" in proc.stdout and '"class_id"' in proc.stdout
+
+
+def test_preprocessing_equals_the_training_eval_preprocessing(model_onnx):
+    raw, _ = mnist5k_raw("test")  # the original 28x28 digits
+    with Classifier.load(model_onnx) as clf:
+        got = clf.preprocess(list(raw[:200]))
+    ds = load_dataset("mnist5k", "test")
+    x, _ = next(iter(Loader(ds, 200, train=False)))  # what evaluation feeds the model during training
+    assert got.shape == tuple(x.shape) and got.dtype == np.float32
+    assert np.abs(got - x.numpy()).max() <= 1e-6
+
+
+def test_predictions_equal_the_bench_onnxruntime_predictions(model_onnx):
+    raw, _ = mnist5k_raw("test")
+    ds = load_dataset("mnist5k", "test")
+    with OnnxRuntimeRunner(model_onnx) as run:  # the bench's path: stored 36x36 images, normalised
+        bench_logits, _ = predict_all(run, ((ds.images.float() / 255 - torch.tensor(ds.mean).view(1, 3, 1, 1))
+                                            / torch.tensor(ds.std).view(1, 3, 1, 1)).numpy())
+    with Classifier.load(model_onnx) as clf:
+        preds = clf.predict(list(raw))  # the runtime's path: raw 28x28 uint8 digits
+    ids = np.array([p.class_id for p in preds])
+    assert np.array_equal(ids, bench_logits.argmax(1))
+    assert len(set(ids.tolist())) > 3  # predictions vary, so equality is not trivially met
+    assert all(abs(sum(c[2] for c in p.top) - p.prob) < 1e-12 for p in preds)
+    assert preds[0].name == str(preds[0].class_id) and 0 < preds[0].prob <= 1
+
+
+def test_onnx_is_loaded_from_the_bytes_its_sidecar_verified(model_onnx, monkeypatch):
+    """One read of the .onnx: ONNX Runtime gets the bytes whose sha256 was checked, not a second read
+    of a file that could have been swapped in between."""
+    import onnxruntime
+
+    import mlit_edge.runtime.sidecar as sidecar_mod
+
+    hashed_files, sources = [], []
+    real_session = onnxruntime.InferenceSession
+    monkeypatch.setattr(sidecar_mod, "sha256_file", lambda path, *a: hashed_files.append(path))
+    monkeypatch.setattr(onnxruntime, "InferenceSession",
+                        lambda model, *a, **k: sources.append(model) or real_session(model, *a, **k))
+    with Classifier.load(model_onnx) as clf:
+        assert clf.predict([np.zeros((28, 28, 3), np.uint8)])[0].prob > 0
+    assert hashed_files == [] and sources == [model_onnx.read_bytes()]
+
+
+def test_arena_off_predicts_the_same(model_onnx):
+    x = np.random.default_rng(0).integers(0, 256, (64, 28, 28, 3), dtype=np.uint8)
+    with Classifier.load(model_onnx) as on, Classifier.load(model_onnx, ort_arena=False) as off:
+        assert on.runner.settings["cpu_mem_arena"] is True  # read back from the session's own options
+        assert off.runner.settings["cpu_mem_arena"] is False
+        assert np.array_equal(on.logits(on.preprocess(x)), off.logits(off.preprocess(x)))
+
+
+def test_bad_input_is_a_clear_error_and_the_classifier_survives(model_onnx, tmp_path):
+    good = png(tmp_path / "ok.png", np.full((20, 30, 3), 128, np.uint8))
+    corrupt = tmp_path / "broken.png"
+    corrupt.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    text = tmp_path / "notes.png"
+    text.write_text("this is not an image\n")
+    with Classifier.load(model_onnx) as clf:
+        cases = [([corrupt], "corrupt image"), ([text], "not an image file"), ([tmp_path / "nope.png"], "no such file"),
+                 ([], "empty batch"), (np.zeros((0, 36, 36, 3), np.uint8), "empty batch"),
+                 (np.full((36, 36, 3), np.nan, np.float32), "contains NaN"),
+                 ([np.zeros((36, 36, 3), np.int64)], "dtype int64"),
+                 ([np.zeros((36, 36, 5), np.uint8)], "shape (36, 36, 5)"), (["ok.png", 3], "no such file")]
+        for images, words in cases:
+            with pytest.raises(InputError, match=None) as err:
+                clf.predict(images)
+            assert words in str(err.value), (words, str(err.value))
+        x = np.zeros((2, 3, 36, 36), np.float32)
+        x[1, 0, 0, 0] = np.nan
+        with pytest.raises(InputError, match="NaN"):
+            clf.logits(x)
+        assert clf.predict([good])[0].prob > 0  # still serving after every refusal
+
+
+def test_missing_tampered_or_mismatched_sidecar_is_refused(model_onnx, tmp_path):
+    art = tmp_path / "a.onnx"
+    art.write_bytes(model_onnx.read_bytes())
+    with pytest.raises(FileNotFoundError, match="no sidecar"):
+        Classifier.load(art)
+    sidecar_path(art).write_text(sidecar_path(model_onnx).read_text())
+    Classifier.load(art).close()  # same bytes: accepted
+    data = bytearray(art.read_bytes())
+    data[-10] ^= 0xFF
+    art.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="sha256 differs"):
+        Classifier.load(art)
+    art.write_bytes(model_onnx.read_bytes())
+    record = json.loads(sidecar_path(art).read_text())
+    del record["classes"]
+    sidecar_path(art).write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="lacks"):
+        Classifier.load(art)
+    plan = tmp_path / "m.plan"  # an engine built for a Jetson Orin with another TensorRT
+    write_plan(b"engine", plan, {"kind": "tensorrt-engine", "target": "tensorrt", "precision": "fp16",
+                                 "classes": ["a"], "preprocess": {"mean": [0] * 3, "std": [1] * 3},
+                                 "engine": {"builder": {"module": "tensorrt", "version": "10.3.0"},
+                                            "device": {"gpu_name": "Orin", "compute_capability": "8.7"}}})
+    with pytest.raises(RuntimeError, match="rebuild it here|no CUDA GPU"):
+        Classifier.load(plan)
+
+
+def test_predict_cli_reports_bad_files_and_classifies_the_rest(model_onnx, tmp_path):
+    good = png(tmp_path / "ok.png", mnist5k_raw("test")[0][3])
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "predict", str(good), str(bad), "--model",
+                           str(model_onnx), "--json", "--top-k", "2"], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 2, proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out[0]["top"]) == 2 and "error" not in out[0] and "corrupt" in out[1]["error"] or \
+        "not an image" in out[1]["error"]
+
+
+def test_serve_loop_classifies_an_inbox(model_onnx, tmp_path):
+    from mlit_edge.runtime import watch
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    png(inbox / "a.png", mnist5k_raw("test")[0][1])
+    (inbox / "b.png").write_text("junk")
+    n = watch(model_onnx, inbox, tmp_path / "results.jsonl", interval_s=0.01, max_files=2)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert n == 2 and {r["path"] for r in rows} == {"a.png", "b.png"}
+    assert (inbox / "done" / "a.png").is_file() and (inbox / "failed" / "b.png").is_file()
+    assert "error" in next(r for r in rows if r["path"] == "b.png")

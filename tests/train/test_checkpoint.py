@@ -1,0 +1,83 @@
+import os
+import pickle
+
+import pytest
+import torch
+
+from mlit_edge.train.checkpoint import (CheckpointError, config_from_dict, config_to_dict, load_checkpoint,
+                                  make_checkpoint, model_from_checkpoint, rng_state, save_atomic, set_rng_state)
+from mlit_edge.model.config import MAEConfig
+from mlit_edge.model.mae import MMLiT
+from mlit_edge.model.mlit import MLiT
+
+META = {"name": "mnist5k", "classes": [str(i) for i in range(10)], "mean": [0.1] * 3, "std": [0.3] * 3}
+
+
+def test_roundtrip_rebuilds_the_same_model(tmp_path, tiny_cfg):
+    model = MLiT(tiny_cfg)
+    save_atomic(make_checkpoint("mlit", model, tiny_cfg, None, META, epoch=3), tmp_path / "c.pt")
+    ckpt = load_checkpoint(tmp_path / "c.pt", kind="mlit")
+    again = model_from_checkpoint(ckpt).eval()
+    x = torch.randn(2, 3, 12, 12)
+    assert torch.equal(again(x), model.eval()(x)) and ckpt["epoch"] == 3
+    assert config_from_dict("mlit", config_to_dict(tiny_cfg)) == tiny_cfg
+
+
+def test_mae_config_roundtrip(tiny_cfg):
+    cfg = MAEConfig(encoder=tiny_cfg.replace(num_classes=0), dec_dim=16, dec_heads=4, dec_groups=2)
+    assert config_from_dict("mmlit", config_to_dict(cfg)) == cfg
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned_marker",))
+
+
+def test_malicious_pickle_is_refused_without_running_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with open("evil.pt", "wb") as f:
+        pickle.dump({"format": "mlit-edge-checkpoint", "model": Exploit()}, f)
+    with pytest.raises(CheckpointError, match="not a safe mlit-edge checkpoint"):
+        load_checkpoint("evil.pt")
+    assert not (tmp_path / "pwned_marker").exists()
+
+
+def test_foreign_and_wrong_kind_checkpoints_are_refused(tmp_path, tiny_cfg):
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not an mlit-edge checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    save_atomic(make_checkpoint("mlit", MLiT(tiny_cfg), tiny_cfg, "xxs", META), tmp_path / "sup.pt")
+    with pytest.raises(CheckpointError, match="mmLiT pre-training checkpoint is needed"):
+        load_checkpoint(tmp_path / "sup.pt", kind="mmlit")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_truncated_file_is_refused(tmp_path, tiny_cfg):
+    save_atomic(make_checkpoint("mlit", MLiT(tiny_cfg), tiny_cfg, None, META), tmp_path / "c.pt")
+    data = (tmp_path / "c.pt").read_bytes()
+    (tmp_path / "c.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="refused"):
+        load_checkpoint(tmp_path / "c.pt")
+
+
+def test_failed_save_keeps_the_previous_file(tmp_path):
+    save_atomic({"format": "x", "v": 1}, tmp_path / "c.pt")
+    with pytest.raises(Exception):
+        save_atomic({"bad": lambda: 0}, tmp_path / "c.pt")  # lambdas cannot be pickled
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["v"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary left behind
+
+
+def test_rng_state_roundtrips_through_weights_only(tmp_path):
+    state = rng_state()
+    save_atomic({"rng": state}, tmp_path / "r.pt")
+    a = torch.rand(3)
+    set_rng_state(torch.load(tmp_path / "r.pt", weights_only=True)["rng"])
+    assert torch.equal(torch.rand(3), a)
+
+
+def test_mae_checkpoint_rebuilds(tmp_path, tiny_cfg):
+    cfg = MAEConfig(encoder=tiny_cfg.replace(num_classes=0), dec_dim=16, dec_heads=4, dec_groups=2, dec_hidden=8)
+    save_atomic(make_checkpoint("mmlit", MMLiT(cfg), cfg, None, META), tmp_path / "m.pt")
+    assert isinstance(model_from_checkpoint(load_checkpoint(tmp_path / "m.pt", kind="mmlit")), MMLiT)

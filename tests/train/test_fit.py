@@ -1,0 +1,153 @@
+"""End-to-end training runs through the CLI, in subprocesses, on tiny models."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from mlit_edge.model.config import MLiTConfig
+from mlit_edge.train.data import ImageSet, Loader
+from mlit_edge.model.mlit import MLiT
+
+TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "depth=3", "--set", "hidden_first=8",
+        "--set", "hidden_last=4"]
+CLI = [sys.executable, "-m", "mlit_edge.cli"]
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent.parent), "OMP_NUM_THREADS": "1"}
+
+
+def cli(*args, check=True, **kw):
+    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=ENV, **kw)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def tiny_step_model() -> MLiT:
+    """Deterministic tiny classifier: no gate noise, no balancing loss, so DDP and one process must agree."""
+    torch.manual_seed(0)
+    return MLiT(MLiTConfig(img_size=36, num_classes=3, dim=12, depth=3, heads=2, groups=1, hidden_first=8,
+                           hidden_last=4, noisy_gating=False, w_importance=0.0, w_load=0.0))
+
+
+def synthetic_set(n: int = 16) -> ImageSet:
+    g = torch.Generator().manual_seed(1)
+    return ImageSet("syn", torch.randint(0, 256, (n, 3, 36, 36), dtype=torch.uint8, generator=g),
+                    torch.arange(n) % 3, ["a", "b", "c"], (0.5,) * 3, (0.25,) * 3, True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_gloo_ddp_gradients_match_one_process(tmp_path):
+    out = tmp_path / "grads.pt"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={_free_port()}", str(Path(__file__).parent / "ddp_step.py"), str(out)],
+                          capture_output=True, text=True, env={**ENV, "PYTHONPATH": f"{ENV['PYTHONPATH']}:"
+                                                                f"{Path(__file__).parent}"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = torch.load(out, weights_only=True)
+    model = tiny_step_model()
+    loader = Loader(synthetic_set(), 8, train=True, seed=0, augment=False)  # the same global batch of 8
+    loader.set_epoch(0)
+    x, y = next(iter(loader))
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(ddp[name], p.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_torchrun_training_writes_from_rank_zero_only(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={_free_port()}", "-m", "mlit_edge.cli", "train", *TINY, "--epochs", "1",
+                           "--batch-size", "256", "--out", tmp_path / "run", "--no-progress"],
+                          capture_output=True, text=True, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("2 process(es)") == 1  # rank 0 logs, rank 1 stays quiet
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 1
+    ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert len(ckpt["rng"]) == 2 and ckpt["epoch"] == 1
+
+
+def _weights(path: Path) -> dict:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
+    common = ["train", *TINY, "--epochs", "3", "--batch-size", "100", "--deterministic", "--no-progress",
+              "--eval-every", "3"]
+    cli(*common, "--out", tmp_path / "straight", timeout=600)
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen([*CLI, *map(str, common), "--out", str(run)], env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run / "checkpoint.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    epoch_at_kill = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
+    assert epoch_at_kill < 3, "killed too late to test anything"
+
+    cli(*common, "--out", run, "--resume", timeout=600)
+    a, b = _weights(tmp_path / "straight" / "checkpoint.pt"), _weights(run / "checkpoint.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1, 2]  # no duplicate or missing epochs in the log
+
+
+def test_pretrain_then_finetune_on_embedded_data(tmp_path):
+    cli("pretrain", *TINY, "--epochs", "3", "--batch-size", "200", "--lr", "2e-3", "--no-progress", "--out",
+        tmp_path / "pre", timeout=600)
+    rows = [json.loads(line) for line in (tmp_path / "pre" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["train"]["loss"] < rows[0]["train"]["loss"]
+    assert (tmp_path / "pre" / "loss.png").stat().st_size > 0 and (tmp_path / "pre" / "experts.png").exists()
+    assert len(rows[-1]["experts"]) == 3 + 2  # encoder and decoder MoE layers
+    proc = cli("finetune", "--from", tmp_path / "pre" / "checkpoint.pt", "--epochs", "1", "--batch-size", "200",
+               "--no-progress", "--out", tmp_path / "ft", timeout=600)
+    assert "final test top-1" in proc.stdout
+    ckpt = torch.load(tmp_path / "ft" / "checkpoint.pt", weights_only=True)
+    assert ckpt["kind"] == "mlit" and ckpt["config"]["num_classes"] == 10 and ckpt["config"]["dim"] == 12
+    proc = cli("eval", "--checkpoint", tmp_path / "ft" / "checkpoint.pt", "--json")
+    result = json.loads(proc.stdout)
+    assert result["images"] == 1000 and 0 <= result["top1"] <= 1 and len(result["experts"]) == 3
+
+
+@pytest.mark.parametrize("args,message", [
+    (["finetune", "--from", "MISSING.pt"], "does not exist"),
+    (["train", "--set", "depth=x"], "not a valid int"),
+    (["train", "--set", "colour=red"], "expected KEY=VALUE"),
+    (["train", "--data", "imagenet"], "unknown dataset"),
+    (["train", "--resume"], "nothing to resume"),
+    (["train", "--amp", "fp16", "--device", "cpu"], "needs a CUDA GPU"),
+    (["eval", "--checkpoint", "MISSING.pt"], "does not exist"),
+])
+def test_bad_input_is_a_one_line_error(tmp_path, args, message):
+    proc = cli(*args, "--out", tmp_path / "x", check=False) if args[0] != "eval" else cli(*args, check=False)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error:") and message in last
+
+
+def test_existing_run_is_not_overwritten_and_wrong_resume_is_refused(tmp_path):
+    run = tmp_path / "run"
+    cli("train", *TINY, "--epochs", "1", "--batch-size", "500", "--no-progress", "--out", run, timeout=600)
+    before = (run / "checkpoint.pt").read_bytes()
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["size"] == "xxs-custom"  # --set changed the model
+    proc = cli("train", *TINY, "--epochs", "1", "--out", run, check=False)
+    assert proc.returncode != 0 and "--resume" in proc.stderr
+    proc = cli("train", "--epochs", "1", "--out", run, "--resume", check=False)  # a different (real-size) model
+    assert proc.returncode != 0 and "this run is mlit-xxs" in proc.stderr
+    proc = cli("finetune", "--from", run / "checkpoint.pt", "--out", tmp_path / "ft", check=False)
+    assert proc.returncode != 0 and "mmLiT pre-training checkpoint is needed" in proc.stderr
+    assert (run / "checkpoint.pt").read_bytes() == before
