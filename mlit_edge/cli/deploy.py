@@ -85,7 +85,7 @@ def export(**kw) -> None:
 @click.option("--eval/--no-eval", "evaluate", default=True, help="Measure top-1 on the held-out split (default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's sidecar as JSON at the end.")
 @user_errors
-def build(dynamic_batch, calib_cache, no_calib_cache, as_json, **kw) -> None:
+def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
     """Build a deployable artifact: a TensorRT .plan, or the ONNX for ONNX Runtime where TensorRT is absent.
 
     \b
@@ -99,10 +99,8 @@ def build(dynamic_batch, calib_cache, no_calib_cache, as_json, **kw) -> None:
     from ..engine.build import BuildRequest, run_build
     from ..export.calibration import default_cache_dir
 
-    if kw["batch"] is not None and dynamic_batch is not None:
-        raise click.ClickException("give --batch or --dynamic-batch, not both")
     cache = None if no_calib_cache else (calib_cache or str(default_cache_dir()))
-    req = BuildRequest(dynamic_batch=dynamic_batch or BATCH_PROFILE, calib_cache=cache, **kw)
+    req = BuildRequest(calib_cache=cache, **kw)
     result = run_build(req, log=log)
     click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record,
                            "coverage": result.coverage}, indent=2) if as_json else str(result.artifact))

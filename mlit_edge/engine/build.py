@@ -40,7 +40,7 @@ class BuildRequest:
     target: str = "auto"
     frontend: str = "onnx"
     batch: int | None = None
-    dynamic_batch: tuple[int, int, int] = BATCH_PROFILE
+    dynamic_batch: tuple[int, int, int] | None = None  # MIN, OPT, MAX; None: BATCH_PROFILE
     workspace: float = 1.0  # GiB
     timing_cache: str | None = None
     dla_core: int | None = None
@@ -60,7 +60,9 @@ class BuildRequest:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} {getattr(self, name)!r}: choose from {', '.join(map(str, allowed))}")
-        lo, opt, hi = self.dynamic_batch
+        if self.batch is not None and self.dynamic_batch is not None:
+            raise ValueError("give --batch or --dynamic-batch, not both")
+        lo, opt, hi = self.profile
         if not 1 <= lo <= opt <= hi:
             raise ValueError(f"--dynamic-batch {lo},{opt},{hi}: need 1 <= MIN <= OPT <= MAX")
         if self.batch is not None and self.batch < 1:
@@ -76,6 +78,11 @@ class BuildRequest:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.workspace <= 0:
             raise ValueError("--workspace must be positive (GiB)")
+
+
+    @property
+    def profile(self) -> tuple[int, int, int]:
+        return self.dynamic_batch or BATCH_PROFILE
 
 
 @dataclass
@@ -244,7 +251,7 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
     if target == "onnxruntime":
         log(f"[4/4] artifact for ONNX Runtime: {final} (+ {final.name}.json)")
         return BuildResult(final, record, final, target, notes, coverage, reused)
-    opts = BuildOptions(req.dynamic_batch, req.workspace, req.timing_cache, req.dla_core)
+    opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core)
     env = local_env(target)
     plan = out / artifact_name(stem, req.precision, ".plan")
     if req.frontend == "torch-tensorrt":
@@ -258,7 +265,7 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
     else:
         from .builder import build_serialized
 
-        lo, opt, hi = req.dynamic_batch
+        lo, opt, hi = req.profile
         log(f"[4/4] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
             f"(batch {req.batch or f'{lo},{opt},{hi}'})")
         result = build_serialized(final, trt, opts)
