@@ -40,7 +40,8 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: in
     for precision in ("fp32", "fp16", "int8"):
         log(f"== 2/3 build {precision}")
         result = run_build(BuildRequest(precision=precision, checkpoint=str(ckpt), out=str(out / "artifacts"),
-                                        calib_cache=calib_cache), log=log, source=source)
+                                        calib_cache=calib_cache, force=True),  # quickstart owns its folder
+                           log=log, source=source)
         artifacts.append(str(result.artifact))
     log("== 3/3 bench the artifacts against the PyTorch checkpoint (each in a fresh process, so memory figures "
         "are each artifact's own)")

@@ -77,6 +77,38 @@ class Reference:
     routes: list[np.ndarray] | None = None
 
 
+def batch_bytes(record: dict, batch: int) -> int:
+    """About what the buffers of one call at `batch` take (input, attention scores, token activations),
+    from the model the record describes (the default mLiT when it does not say); a bound, not a measurement."""
+    from ..model.config import MLiTConfig
+    from ..train.checkpoint import config_from_dict
+
+    try:
+        cfg = config_from_dict("mlit", (record.get("model") or {}).get("config") or {})
+    except (TypeError, ValueError):
+        cfg = MLiTConfig()
+    n, s = cfg.num_tokens, cfg.img_size
+    per_image = 3 * s * s + 3 * cfg.heads * n * n + n * (8 * cfg.dim + 2 * max(cfg.expert_stages) * cfg.hidden_first)
+    return int(1.5 * 4 * per_image * batch)  # float32, with headroom for the runtime's own copies
+
+
+def _check_memory(records: list[dict], batches: tuple[int, ...], log: Callable[[str], None]) -> None:
+    """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
+    from .host import available_mb
+
+    available = available_mb()
+    if available is None:
+        return
+    b = max(batches)
+    need = max(batch_bytes(r, b) for r in records or [{}]) / 2 ** 20
+    if need > 0.8 * available:
+        raise ValueError(f"--batch {b}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
+                         f"than the {available / 1024:.1f} GiB available here; time a smaller batch")
+    if need > 0.4 * available:
+        log(f"warning: batch {b} needs about {need / 1024:.1f} GiB (estimated) of the {available / 1024:.1f} GiB "
+            "available; timings may include swapping or the run may be killed")
+
+
 def _eval_images(data: str, split: str, root: str, limit: int | None):
     from ..train.data import load_dataset
 
@@ -122,6 +154,7 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
         runner, record = open_artifact(ref_path, cfg.runner_options(routing=True), content)
         ref = Reference(str(ref_path), record)
         peeks[ref_path] = record
+    _check_memory(list(peeks.values()), cfg.batches, log)
     data = cfg.data or next(((r.get("preprocess") or {}).get("dataset") for r in ([ref.record] if ref else []) +
                              list(peeks.values()) if (r.get("preprocess") or {}).get("dataset")), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -169,10 +202,10 @@ def _onnx_precision(content: bytes) -> str:
     """An ONNX without a sidecar: the precision mlit-edge wrote into its metadata, if any."""
     import json
 
-    import onnx
+    from ..runtime.runners import load_onnx
 
     try:
-        meta = {p.key: p.value for p in onnx.load_from_string(content).metadata_props}
+        meta = {p.key: p.value for p in load_onnx(content).metadata_props}
         return json.loads(meta.get("mlit_edge", "{}")).get("precision", "?")
     except Exception:  # not ours, or not parseable: the precision is unknown
         return "?"

@@ -8,7 +8,10 @@ import click
 
 from ..export import PRECISIONS
 from ..runtime.artifact import BATCH_PROFILE
-from .common import OPSET, batch_triple, log, check_size, user_errors
+from .common import OPSET, batch_triple, check_size, log, user_errors
+
+FORCE = click.option("--force", is_flag=True, help="Replace artifacts in the output folder that were built from "
+                                                   "another checkpoint or from random weights.")
 
 @click.command()
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
@@ -30,6 +33,7 @@ from .common import OPSET, batch_triple, log, check_size, user_errors
 @click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
               help="Calibration images, stratified over the classes.")
 @click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
+@FORCE
 @user_errors
 def export(**kw) -> None:
     """Export to ONNX through `to_deploy` (static-shape MoE), check it against PyTorch, make fp16/INT8 variants.
@@ -84,6 +88,7 @@ def export(**kw) -> None:
 @click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
 @click.option("--eval/--no-eval", "evaluate", default=True, help="Measure top-1 on the held-out split (default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's sidecar as JSON at the end.")
+@FORCE
 @user_errors
 def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
     """Build a deployable artifact: a TensorRT .plan, or the ONNX for ONNX Runtime where TensorRT is absent.

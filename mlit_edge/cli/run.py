@@ -7,7 +7,11 @@ import sys
 import click
 
 from ..runtime.artifact import BATCH_PROFILE
+from ..runtime.images import DEFAULT_MAX_PIXELS
 from .common import int_list, log, user_errors
+
+MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
+                          help="Refuse, per file and before decoding, images with more pixels than this.")
 
 @click.command()
 @click.argument("artifacts", nargs=-1, required=True, type=click.Path(dir_okay=False))
@@ -60,13 +64,14 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
               help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per image.")
+@MAX_PIXELS
 @user_errors
-def predict(images, model_path, top_k, as_json) -> None:
+def predict(images, model_path, top_k, as_json, max_pixels) -> None:
     """Classify image files with the embedded runtime (no torch). Unreadable files get an error entry
     and the rest are still classified; the exit code is 2 when any failed."""
     from ..runtime import predict_files
 
-    results = predict_files(model_path, images, top_k)
+    results = predict_files(model_path, images, top_k, max_pixels)
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
@@ -86,11 +91,21 @@ def predict(images, model_path, top_k, as_json) -> None:
 @click.option("--results", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to append to.")
 @click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between polls of an empty inbox.")
+@click.option("--settle", "settle_s", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Read a file only once its size and time have held still this long.")
+@click.option("--retry", "retry_s", default=10.0, show_default=True, type=click.FloatRange(min=0),
+              help="Retry a file that does not decode until it has held still this long, then fail it.")
+@MAX_PIXELS
 @user_errors
-def serve(model_path, inbox, results, interval) -> None:
+def serve(model_path, inbox, results, **kw) -> None:
     """Always-on loop for a device: classify each image dropped into --inbox, append a JSON line to
-    --results, move the image to inbox/done or inbox/failed. Runs until stopped (systemd unit in deploy/)."""
+    --results, move the image to inbox/done or inbox/failed. Runs until stopped (systemd unit in deploy/).
+
+    \b
+    Drop files safely: write them under a name that starts with "." (or ends in .tmp / .part) and
+    rename them into the inbox; a file is read only after it has held still for --settle seconds.
+    """
     from ..runtime import watch
 
     log(f"serving {model_path}: watching {inbox}, results -> {results}")
-    watch(model_path, inbox, results, interval)
+    watch(model_path, inbox, results, interval_s=kw.pop("interval"), **kw)

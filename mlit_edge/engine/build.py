@@ -54,6 +54,7 @@ class BuildRequest:
     opset: int = DEFAULT_OPSET
     data_root: str = "data"
     evaluate: bool = True
+    force: bool = False  # replace artifacts of another source (checkpoint, random weights) in --out
 
     def __post_init__(self) -> None:
         choices = {"precision": PRECISIONS, "target": TARGETS, "frontend": FRONTENDS, "opset": OPSETS}
@@ -112,14 +113,6 @@ def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None
     return "tensorrt", None
 
 
-def _clean_stale_temps(out: Path, stem: str) -> int:
-    """Remove hidden temporaries that a killed build of the same stem left behind."""
-    stale = [p for p in out.glob(f".{stem}-*.tmp") if p.is_file()]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return len(stale)
-
-
 def _has_torch() -> bool:
     """Datasets load through torch; a device installs the runtime without it."""
     try:
@@ -150,18 +143,27 @@ def _source_precision(path: Path) -> tuple[str, dict]:
         return record.get("precision", "fp32"), record
     except FileNotFoundError:
         pass
-    import onnx  # only without a sidecar: a device that has the sidecar needs no onnx package
+    from ..runtime.runners import load_onnx  # only without a sidecar: a device with one needs no onnx package
 
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:
-        raise ValueError(f"{path} is not an ONNX model ({type(e).__name__})") from None
+    model = load_onnx(path, load_external_data=False)
     meta = {p.key: p.value for p in model.metadata_props}
     if "mlit_edge" not in meta:
         raise ValueError(f"{path} has neither a sidecar nor mlit-edge metadata: export it with mlit-edge export")
     info = json.loads(meta["mlit_edge"])
     return info.get("precision", "fp32"), {"classes": info.get("classes"), "preprocess": info.get("preprocess"),
                                            "model": info.get("model"), "precision": info.get("precision", "fp32")}
+
+
+def _plan_outputs(req: BuildRequest, out: Path, stem: str, src_precision: str, target: str) -> list[Path]:
+    """Every artifact this build will write, so that none of them is replaced by accident."""
+    from ..export.variants import artifact_name
+
+    paths = [] if req.onnx else [out / artifact_name(stem, "fp32")]
+    if req.precision != src_precision:
+        paths.append(out / artifact_name(stem, req.precision))
+    if target != "onnxruntime":
+        paths.append(out / artifact_name(stem, req.precision, ".plan"))
+    return paths
 
 
 def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tuple | None = None) -> BuildResult:
@@ -171,8 +173,10 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
     """
+    from ..export.variants import artifact_name, artifact_stem
+    from ..runtime.outputs import guard_replace, output_folder
+
     target, note = resolve_target(req.target, req.frontend)
-    notes = [note] if note else []
     if note:
         log(note)
     if req.frontend == "torch-tensorrt":
@@ -180,39 +184,36 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
 
         require_torch_tensorrt(req.precision)
     trt = import_trt(target) if target in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
-    out = Path(req.out)
-    out.mkdir(parents=True, exist_ok=True)
-
-    model = info = None
+    model = None
     if req.onnx:
         src = Path(req.onnx)
         if not src.is_file():
             raise FileNotFoundError(f"--onnx {src} does not exist")
         src_precision, src_record = _source_precision(src)
         size = (src_record.get("model") or {}).get("size")
-        if src_record.get("random_weights"):
-            log(RANDOM_WARNING)
     else:
         from ..export.source import load_for_export
 
-        model, info = source or load_for_export(req.checkpoint, req.size or (None if req.checkpoint else "xxs"),
-                                                req.num_classes)
-        size, src_precision, src_record = info["model"]["size"], "fp32", info
-        if info["random_weights"]:
-            log(RANDOM_WARNING)
-    from ..export.variants import artifact_name, artifact_stem
-
+        model, src_record = source or load_for_export(req.checkpoint, req.size or (None if req.checkpoint else "xxs"),
+                                                      req.num_classes)
+        size, src_precision = src_record["model"]["size"], "fp32"
+    if src_precision not in ("fp32", req.precision):
+        raise ValueError(f"--onnx {req.onnx} is {src_precision}; it can only be built as {src_precision} "
+                         f"(or pass the fp32 ONNX to make a {req.precision} one)")
+    if src_precision != req.precision and req.precision == "int8" and not _has_torch():
+        raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
+                           "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
+    if src_record.get("random_weights"):
+        log(RANDOM_WARNING)
     stem = artifact_stem(req.onnx) if req.onnx else f"mlit-{size}"
-    if (removed := _clean_stale_temps(out, stem)):
-        log(f"removed {removed} temporary file(s) that an interrupted build left in {out}")
-
-    # 1. the fp32 ONNX (or the given one)
-    if req.onnx:
-        fp32 = src
-        log(f"[1/4] source ONNX {src} ({src_precision})")
-    else:
-        fp32 = out / artifact_name(stem, "fp32")
-        if _reusable(fp32, info, req):
+    with output_folder(req.out, log) as out:
+        for path in _plan_outputs(req, out, stem, src_precision, target):
+            guard_replace(path, src_record, req.force)
+        # 1. the fp32 ONNX (or the given one)
+        fp32 = Path(req.onnx) if req.onnx else out / artifact_name(stem, "fp32")
+        if req.onnx:
+            log(f"[1/4] source ONNX {fp32} ({src_precision})")
+        elif _reusable(fp32, src_record, req):
             log(f"[1/4] reusing {fp32}: same checkpoint, opset and batch, checked against PyTorch when written")
         else:
             from ..export.onnx_export import export_onnx
@@ -221,57 +222,55 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
             log(f"[1/4] export {fp32} (opset {req.opset}, batch {req.batch or 'dynamic'}) and check it against "
                 "PyTorch")
             evaluate = req.evaluate and req.precision == "fp32"  # a variant's own accuracy is what counts
-            rec = export_onnx(model, fp32, info, opset=req.opset, batch=req.batch,
+            rec = export_onnx(model, fp32, src_record, opset=req.opset, batch=req.batch,
                               measure=lambda tmp, r: measure(tmp, r, None, evaluate, req.data_root, log))
             log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
+        # 2-3. the precision variant, measured before it is published
+        coverage = reused = None
+        if src_precision == req.precision:
+            final = fp32
+            log(f"[2/4] {req.precision}: the source already carries it")
+        else:
+            from ..export.calibration import resolve_recipe
+            from ..export.variants import make_variant
 
-    # 2. the precision variant, measured
-    coverage = reused = None
-    if src_precision == req.precision:
-        final = fp32
-        log(f"[2/4] {req.precision}: the source already carries it")
-    elif src_precision != "fp32":
-        raise ValueError(f"--onnx {fp32} is {src_precision}; it can only be built as {src_precision} "
-                         f"(or pass the fp32 ONNX to make a {req.precision} one)")
-    elif not _has_torch() and req.precision == "int8":
-        raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
-                           "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
-    else:
-        from ..export.calibration import resolve_recipe
-        from ..export.variants import make_variant
+            recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed,
+                                    (src_record.get("preprocess") or {}).get("dataset"))
+            variant = make_variant(fp32, req.precision, model, recipe, req.data_root, req.calib_cache,
+                                   req.min_expert_tokens, req.evaluate and _has_torch(), log, folder=out)
+            final, coverage, reused = variant.path, variant.coverage, variant.calibration_reused
+        record = read_sidecar(final)
+        notes = [note] if note else []
+        if target == "onnxruntime":
+            log(f"[4/4] artifact for ONNX Runtime: {final} (+ {final.name}.json)")
+            return BuildResult(final, record, final, target, notes, coverage, reused)
+        # 4. the engine
+        plan = out / artifact_name(stem, req.precision, ".plan")
+        result = _engine(req, model, final, plan, trt, log)
+        record = write_plan(result["engine"], plan, engine_record(final, result, local_env(target), target,
+                                                                  req.frontend))
+        log(f"      {plan}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, {result['build_s']} s "
+            f"(+ {plan.name}.json)")
+        return BuildResult(plan, record, final, target, notes, coverage, reused)
 
-        recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed,
-                                (src_record.get("preprocess") or {}).get("dataset"))
-        variant = make_variant(fp32, req.precision, model, recipe, req.data_root, req.calib_cache,
-                               req.min_expert_tokens, req.evaluate and _has_torch(), log, folder=out)
-        final, coverage, reused = variant.path, variant.coverage, variant.calibration_reused
-    record = read_sidecar(final)
 
-    # 3. measured above, on the file before it was published; 4. the engine
-    if target == "onnxruntime":
-        log(f"[4/4] artifact for ONNX Runtime: {final} (+ {final.name}.json)")
-        return BuildResult(final, record, final, target, notes, coverage, reused)
+def _engine(req: BuildRequest, model, final: Path, plan: Path, trt, log: Callable[[str], None]) -> dict:
+    """The serialized engine of `final`, through TensorRT's ONNX parser or torch-tensorrt."""
     opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core)
-    env = local_env(target)
-    plan = out / artifact_name(stem, req.precision, ".plan")
     if req.frontend == "torch-tensorrt":
         from ..export.static import to_deploy
         from .torch_trt import torch_tensorrt_engine
 
         log(f"[4/4] torch-tensorrt: compiling to_deploy(model) into {plan}")
         cfg = model.cfg
-        result = torch_tensorrt_engine(to_deploy(model), req.precision, opts,
-                                       (1, cfg.in_chans, cfg.img_size, cfg.img_size), req.batch)
-    else:
-        from .builder import build_serialized
+        return torch_tensorrt_engine(to_deploy(model), req.precision, opts,
+                                     (1, cfg.in_chans, cfg.img_size, cfg.img_size), req.batch)
+    from .builder import build_serialized
 
-        lo, opt, hi = req.profile
-        log(f"[4/4] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
-            f"(batch {req.batch or f'{lo},{opt},{hi}'})")
-        result = build_serialized(final, trt, opts)
-        if not result["ok"]:
-            raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))
-    record = write_plan(result["engine"], plan, engine_record(final, result, env, target, req.frontend))
-    log(f"      {plan}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, {result['build_s']} s "
-        f"(+ {plan.name}.json)")
-    return BuildResult(plan, record, final, target, notes, coverage, reused)
+    lo, opt, hi = req.profile
+    log(f"[4/4] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
+        f"(batch {req.batch or f'{lo},{opt},{hi}'})")
+    result = build_serialized(final, trt, opts)
+    if not result["ok"]:
+        raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))
+    return result

@@ -33,14 +33,11 @@ class Report:
 
 
 def _load(path: Path):
-    import onnx
+    from ..runtime.runners import load_onnx
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    try:
-        return onnx.load(str(path))
-    except Exception as e:  # onnx raises DecodeError and friends for non-ONNX files
-        raise ValueError(f"{path} is not an ONNX model ({type(e).__name__})") from None
+    return load_onnx(path)
 
 
 def _constants(model) -> dict:

@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from .quiet import quiet
+from ..runtime.runners import load_onnx
 from ..runtime.sidecar import read_sidecar, sha256_file, user_fields
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
@@ -99,7 +100,7 @@ def to_fp16(src: str | Path, out: str | Path) -> dict:
     from onnxconverter_common import float16
 
     src, out = Path(src), Path(out)
-    model = onnx.load(str(src))
+    model = load_onnx(src)
     keep = router_nodes(model) | head_nodes(model) | {n.name for n in model.graph.node if n.op_type in FP32_OPS}
     with quiet():
         converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
@@ -129,7 +130,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
-    model = onnx.load(str(src))
+    model = load_onnx(src)
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
     input_name = model.graph.input[0].name
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
@@ -142,7 +143,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
                         calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude,
                         extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                                        "QuantizeBias": False, "DedicatedQDQPair": True})
-    quantized = onnx.load(str(out))
+    quantized = load_onnx(out)
     _set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
     return _derived_record(src, "int8", {"calibration": {**calib_info, "images": int(len(calib)),

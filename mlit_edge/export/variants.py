@@ -134,6 +134,7 @@ class ExportRequest:
     calib_data: str | None = None
     calib_n: int = 512
     data_root: str = "data"
+    force: bool = False  # replace files of another source (checkpoint, random weights)
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -149,23 +150,30 @@ class ExportRequest:
 
 def run_export(req: ExportRequest, log: Callable[[str], None] = print) -> list[Path]:
     """The fp32 export, checked against PyTorch, and the variants asked for beside it; returns their paths."""
+    from ..runtime.outputs import guard_replace, output_folder
     from .calibration import resolve_recipe
     from .onnx_export import export_onnx
     from .source import load_for_export
 
+    out = Path(req.out)
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder {out.parent} does not exist")
     model, info = load_for_export(req.checkpoint, req.size, req.num_classes)
     if info["random_weights"]:
         log("warning: no --checkpoint, the weights are RANDOM: fine for latency, meaningless for accuracy")
-    out = Path(req.out)
-    rec = export_onnx(model, out, info, opset=req.opset, batch=req.batch, probe=req.probe)
-    log(f"{out}: fp32, opset {req.opset}, batch {rec['batch']}, ONNX Runtime vs PyTorch max abs error "
-        f"{rec['parity']['max_abs_err']:.2e}")
-    paths = [out]
-    recipe = resolve_recipe(req.calib_data, req.calib_n, 0, info["preprocess"]["dataset"])
-    for precision in (p for p in ("fp16", "int8") if p in req.precisions):
-        variant = make_variant(out, precision, model, recipe, req.data_root, log=log)
-        parity = variant.record["parity"]
-        log(f"{variant.path}: {precision}; vs PyTorch on {parity['images']} held-out images: top-1 agreement "
-            f"{parity['top1_agreement']:.4f}, max abs error {parity['max_abs_err']:.2e}")
-        paths.append(variant.path)
+    variants = [p for p in ("fp16", "int8") if p in req.precisions]
+    with output_folder(out.parent, log):
+        for path in [out] + [variant_path(out, p) for p in variants]:
+            guard_replace(path, info, req.force)
+        rec = export_onnx(model, out, info, opset=req.opset, batch=req.batch, probe=req.probe)
+        log(f"{out}: fp32, opset {req.opset}, batch {rec['batch']}, ONNX Runtime vs PyTorch max abs error "
+            f"{rec['parity']['max_abs_err']:.2e}")
+        paths = [out]
+        recipe = resolve_recipe(req.calib_data, req.calib_n, 0, info["preprocess"]["dataset"])
+        for precision in variants:
+            variant = make_variant(out, precision, model, recipe, req.data_root, log=log)
+            parity = variant.record["parity"]
+            log(f"{variant.path}: {precision}; vs PyTorch on {parity['images']} held-out images: top-1 agreement "
+                f"{parity['top1_agreement']:.4f}, max abs error {parity['max_abs_err']:.2e}")
+            paths.append(variant.path)
     return paths

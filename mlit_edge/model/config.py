@@ -6,11 +6,46 @@ Every number is tagged as in `shared/paper/NOTES.md`: [paper] is fixed by the pa
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Sequence
 
 SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
+
+
+def _is(value, kind) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+def _check_fields(cfg, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = (),
+                  fractions: tuple[str, ...] = ()) -> None:
+    """Every field of the right type, then the named ranges; one ValueError naming every bad field.
+    Types first, so that a config read from a file never fails later in a comparison."""
+    name = type(cfg).__name__
+    problems = []
+    for field_name, kind in typing.get_type_hints(type(cfg)).items():
+        value = getattr(cfg, field_name)
+        if typing.get_origin(kind) is tuple:
+            elem = typing.get_args(kind)[0]
+            ok, want = isinstance(value, tuple) and all(_is(v, elem) for v in value), f"a tuple of {elem.__name__}"
+        else:
+            ok, want = _is(value, kind), ("a finite float" if kind is float else kind.__name__)
+        if not ok:
+            problems.append(f"{field_name} must be {want}, got {value!r}")
+    if problems:
+        raise ValueError(f"invalid {name}: " + "; ".join(problems))
+    problems += [f"{f} must be > 0, got {getattr(cfg, f)!r}" for f in positive if getattr(cfg, f) <= 0]
+    problems += [f"{f} must be >= 0, got {getattr(cfg, f)!r}" for f in non_negative if getattr(cfg, f) < 0]
+    problems += [f"{f} must be in [0, 1), got {getattr(cfg, f)!r}" for f in fractions if not 0 <= getattr(cfg, f) < 1]
+    if problems:
+        raise ValueError(f"invalid {name}: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -40,6 +75,13 @@ class MLiTConfig:
     drop_path: float = 0.0  # [ours] stochastic depth, max rate at the last layer
 
     def __post_init__(self) -> None:
+        _check_fields(self, positive=("img_size", "patch_size", "in_chans", "dim", "depth", "heads", "groups",
+                                      "hidden_first", "hidden_last", "top_k", "noise_eps"),
+                      non_negative=("num_classes", "w_importance", "w_load"),
+                      fractions=("moe_dropout", "head_dropout", "drop_path"))
+        if not self.expert_stages or min(self.expert_stages) < 1:
+            raise ValueError(f"invalid MLiTConfig: expert_stages={self.expert_stages!r}: give at least one stage of "
+                             "at least 1 expert, e.g. 3,4,5")
         problems = []
         if self.img_size % self.patch_size:
             problems.append(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
@@ -47,7 +89,7 @@ class MLiTConfig:
             problems.append(f"groups ({self.groups}) must divide heads ({self.heads})")
         if self.dim % self.heads:
             problems.append(f"heads ({self.heads}) must divide dim ({self.dim})")
-        if self.depth < 1 or self.depth % len(self.expert_stages):
+        if self.depth % len(self.expert_stages):
             problems.append(f"depth {self.depth} is not divisible into {len(self.expert_stages)} expert stages")
         if any(not 1 <= self.top_k <= t for t in self.expert_stages):
             problems.append(f"top_k={self.top_k} must be between 1 and every stage's expert count {self.expert_stages}")
@@ -55,8 +97,6 @@ class MLiTConfig:
             problems.append(f"shared={self.shared!r}: each entry must be one of {SHAREABLE}")
         if self.balance not in ("cv", "cv2"):
             problems.append(f"balance={self.balance!r}: must be 'cv' or 'cv2'")
-        if min(self.hidden_first, self.hidden_last) < 1:
-            problems.append("hidden sizes must be positive")
         if problems:
             raise ValueError("invalid MLiTConfig: " + "; ".join(problems))
 
@@ -145,8 +185,13 @@ class MAEConfig:
     norm_pix_loss: bool = False  # [ours] per-patch normalised targets, as MAE's option
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.mask_ratio < 1.0:
-            raise ValueError(f"mask_ratio must be in [0, 1), got {self.mask_ratio}")
+        _check_fields(self, positive=("dec_dim", "dec_depth", "dec_heads", "dec_groups", "dec_hidden", "dec_experts"),
+                      non_negative=("alpha", "beta"), fractions=("mask_ratio",))
+        if self.dec_heads % self.dec_groups or self.dec_dim % self.dec_heads:
+            raise ValueError(f"invalid MAEConfig: need dec_groups | dec_heads | dec_dim, got {self.dec_groups}, "
+                             f"{self.dec_heads}, {self.dec_dim}")
+        if self.encoder.top_k > self.dec_experts:
+            raise ValueError(f"invalid MAEConfig: top_k={self.encoder.top_k} exceeds dec_experts={self.dec_experts}")
         if self.encoder.num_classes != 0:
             raise ValueError("the MAE encoder has no head: build its MLiTConfig with num_classes=0")
 

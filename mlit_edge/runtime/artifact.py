@@ -75,6 +75,7 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(),
 
 def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
     from .runners import OnnxRuntimeRunner
+    from .schema import check_record
     from .sidecar import read_sidecar
 
     try:
@@ -83,6 +84,7 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
         if options.require_sidecar:
             raise
         record = {}
+    check_record(record, path)
     runner = OnnxRuntimeRunner(path, threads=options.threads, providers=list(options.providers or []) or None,
                                expose_routing=options.routing, mem_arena=options.ort_arena, content=content,
                                session=(record.get("onnxruntime") or {}).get("session"))
@@ -90,8 +92,10 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
 
 
 def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
+    from .schema import check_record
     from .trt_env import verify_plan
     from .trt_runner import TensorRTRunner
 
     record = verify_plan(path, content=content)
+    check_record(record, path)
     return TensorRTRunner(path, cuda_graph=options.cuda_graph, verified=(content, record)), record

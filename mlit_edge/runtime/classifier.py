@@ -17,10 +17,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .artifact import BATCH_PROFILE, RunnerOptions, open_artifact
-from .images import InputError, check_array, load_image
+from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
+from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
 from .preprocess import normalize, resize_images
 from .runners import Runner, predict_all
+from .schema import check_against_model, classifier_fields
 
 
 @dataclass
@@ -31,42 +32,42 @@ class Prediction:
     top: list[tuple[int, str, float]]  # the k most probable classes, best first
 
 
-def _check_classifier_record(path: Path, record: dict) -> None:
-    missing = [k for k in ("classes", "preprocess") if not record.get(k)]
-    if missing or not {"mean", "std"} <= set(record.get("preprocess") or {}):
-        raise ValueError(f"{path.name}.json lacks {missing or ['preprocess.mean/std']}: not an mlit-edge "
-                         "classifier sidecar; rebuild the artifact with mlit-edge build")
-
-
 class Classifier:
     """An mLiT artifact plus its recorded preprocessing and class names."""
 
-    def __init__(self, runner: Runner, record: dict, path: Path) -> None:
-        self.runner, self.record, self.path = runner, record, path
+    def __init__(self, runner: Runner, record: dict, path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+        self.runner, self.record, self.path, self.max_pixels = runner, record, path, max_pixels
         pre = record["preprocess"]
-        self.size, self.mean, self.std = int(pre.get("size", 36)), pre["mean"], pre["std"]
+        self.size, self.mean, self.std = pre["size"], pre["mean"], pre["std"]
         self.classes: list[str] = list(record["classes"])
         profile = (record.get("engine") or {}).get("flags", {}).get("profile", {})
         self.max_batch = runner.static_batch or int(profile.get("max", BATCH_PROFILE[-1]))
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True,
-             ort_arena: bool = True) -> "Classifier":
-        """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar.
+             ort_arena: bool = True, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> "Classifier":
+        """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar: its sha256, its
+        fields, and that they agree with the model's own input and output shapes.
 
         `ort_arena=False` turns ONNX Runtime's CPU memory arena off: large batches then give their memory
-        back after each call, at some latency cost (README, "Bench").
+        back after each call, at some latency cost (README, "Bench"). `max_pixels` (None: no limit)
+        refuses larger images, per file, before they are decoded.
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
+        if artifact_format(path).name == "torch":
+            raise ValueError(f"{path}: the runtime runs .plan and .onnx artifacts; build one with mlit-edge build")
         runner, record = open_artifact(path, RunnerOptions(threads=threads, ort_arena=ort_arena,
                                                            cuda_graph=cuda_graph))
-        if runner.name == "torch":
-            raise ValueError(f"{path}: the runtime runs .plan and .onnx artifacts; build one with mlit-edge build")
-        _check_classifier_record(path, record)
+        classifier_fields(record, path)
         runner.open()
-        return cls(runner, record, path)
+        try:
+            check_against_model(record, runner, path)
+        except ValueError:
+            runner.close()
+            raise
+        return cls(runner, record, path, max_pixels)
 
     def close(self) -> None:
         self.runner.close()
@@ -88,14 +89,14 @@ class Classifier:
                 raise InputError("empty batch: nothing to classify")
             if images.dtype != np.uint8:
                 check_array(images, "images")  # raises with the dtype (or NaN) in the message
-            check_array(images[0], "images[0]")
+            check_array(images[0], "images[0]", self.max_pixels)
             batch = resize_images(images, self.size)
         else:
             items = list(images)
             if not items:
                 raise InputError("empty batch: nothing to classify")
-            arrays = [load_image(x) if isinstance(x, (str, Path)) else check_array(x, f"images[{i}]")
-                      for i, x in enumerate(items)]
+            arrays = [load_image(x, self.max_pixels) if isinstance(x, (str, Path))
+                      else check_array(x, f"images[{i}]", self.max_pixels) for i, x in enumerate(items)]
             batch = resize_images(arrays, self.size)
         return normalize(batch, self.mean, self.std)
 
@@ -109,12 +110,14 @@ class Classifier:
                              f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
         if len(x) == 0:
             raise InputError("empty batch: nothing to classify")
+        self._require_open()
         if not np.isfinite(x).all():
             raise InputError("the input contains NaN or infinity")
         return predict_all(self.runner, x, self.max_batch)[0]
 
     def predict(self, images: Sequence | np.ndarray, top_k: int = 1) -> list[Prediction]:
         """Classify uint8 images (arrays of any size) or image files."""
+        self._require_open()
         logits = self.logits(self.preprocess(images)).astype(np.float64)
         z = logits - logits.max(axis=1, keepdims=True)
         probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
@@ -122,6 +125,10 @@ class Classifier:
         order = np.argsort(-probs, axis=1)[:, :k]
         return [Prediction(int(o[0]), self._name(o[0]), float(p[o[0]]),
                            [(int(c), self._name(c), float(p[c])) for c in o]) for o, p in zip(order, probs)]
+
+    def _require_open(self) -> None:
+        if not self.runner.is_active:
+            raise RuntimeError(f"this Classifier of {self.path.name} was closed; load it again with Classifier.load")
 
     def _name(self, c) -> str:
         return self.classes[int(c)] if int(c) < len(self.classes) else str(int(c))

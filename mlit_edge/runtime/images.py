@@ -1,35 +1,87 @@
-"""Images into the runtime: files decoded by Pillow, arrays checked, both as uint8 HxWxC."""
+"""Images into the runtime: files decoded by Pillow, arrays checked, both as uint8 HxWxC.
+
+Hostile files get a one-line `InputError`, never a traceback or a runaway allocation: the pixel
+count is read from the header and checked against `max_pixels` before anything is decoded, and
+Pillow's own decompression-bomb guard is turned into the same error. Modes that are not 8 bits per
+channel are converted by rule or refused with the reason, never clipped silently: 16-bit images are
+scaled by 255/65535, float images in [0, 1] by 255; floats outside [0, 1], 32-bit integers and
+modes without a defined RGB conversion are refused.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
+DEFAULT_MAX_PIXELS = 50_000_000  # [ours] 50 MP: a 8660x5773 photo; the decoded RGB is 150 MB
+
 
 class InputError(ValueError):
     """Input the runtime will not classify: the message says what is wrong with it."""
 
 
-def load_image(path: str | Path) -> np.ndarray:
-    """A file as uint8 HxWx3 RGB (Pillow decodes it); InputError for anything that is not an image."""
+def _pillow():
+    try:
+        from PIL import Image
+    except ImportError:
+        raise InputError("reading image files needs Pillow (pip install pillow); or pass uint8 arrays") from None
+    return Image
+
+
+def _to_rgb8(img, path: Path) -> np.ndarray:
+    """A decoded Pillow image as uint8 HxWx3, by the rules in the module docstring."""
+    mode = img.mode
+    if mode.startswith("I;16") or (mode == "I" and img.format == "PNG"):  # PNG holds at most 16 bits
+        a = np.asarray(img, dtype=np.float64)
+        return np.repeat(np.rint(a * (255.0 / 65535.0)).astype(np.uint8)[:, :, None], 3, axis=2)
+    if mode == "I":
+        raise InputError(f"{path}: 32-bit integer pixels have no defined 8-bit scale; save it as 8 or 16 bits")
+    if mode == "F":
+        a = np.asarray(img, dtype=np.float64)
+        if not np.isfinite(a).all():
+            raise InputError(f"{path}: float image with NaN or infinite pixels")
+        lo, hi = float(a.min()), float(a.max())
+        if lo < 0.0 or hi > 1.0:
+            raise InputError(f"{path}: float image with values in [{lo:g}, {hi:g}]; expected [0, 1] "
+                             "(save it as 8 or 16 bits)")
+        return np.repeat(np.rint(a * 255.0).astype(np.uint8)[:, :, None], 3, axis=2)
+    if mode not in ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "La"):
+        raise InputError(f"{path}: image mode {mode} has no defined RGB conversion")
+    return np.asarray(img.convert("RGB"), dtype=np.uint8)  # alpha is dropped, as training never saw any
+
+
+def load_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """A file as uint8 HxWx3 RGB; InputError for anything that is not an image we can read safely.
+
+    `max_pixels` (None: no limit) is checked on the header's size before anything is decoded.
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    try:
-        from PIL import Image, UnidentifiedImageError
-    except ImportError:
-        raise InputError("reading image files needs Pillow (pip install pillow); or pass uint8 arrays") from None
+    Image = _pillow()
+    from PIL import UnidentifiedImageError
+
     try:
         with Image.open(path) as img:
+            w, h = img.size
+            if max_pixels is not None and w * h > max_pixels:
+                raise InputError(f"{path}: {w}x{h} is {w * h / 1e6:.1f} MP, over the limit of "
+                                 f"{max_pixels / 1e6:.1f} MP (raise it with --max-pixels)")
             img.load()  # decode now, so a truncated file fails here and not later
-            return np.asarray(img.convert("RGB"), dtype=np.uint8)
+            return _to_rgb8(img, path)
+    except InputError:
+        raise
     except UnidentifiedImageError:
         raise InputError(f"{path}: not an image file Pillow can read") from None
-    except (OSError, SyntaxError, ValueError) as e:  # truncated or corrupt data
+    except Image.DecompressionBombError as e:  # its own header check, below ours when the limit is raised
+        raise InputError(f"{path}: refused as a decompression bomb ({str(e).splitlines()[0][:120]})") from None
+    except MemoryError:
+        raise InputError(f"{path}: not enough memory to decode it") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as e:  # truncated or corrupt data
         raise InputError(f"{path}: corrupt image ({str(e).splitlines()[0][:120]})") from None
 
 
-def check_array(a: np.ndarray, where: str) -> np.ndarray:
+def check_array(a: np.ndarray, where: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """`a` when it is one raw uint8 image (HxW or HxWxC, C in 1, 3, 4); InputError saying why not."""
     if not isinstance(a, np.ndarray):
         raise InputError(f"{where}: expected a numpy array or a file path, got {type(a).__name__}")
@@ -40,4 +92,6 @@ def check_array(a: np.ndarray, where: str) -> np.ndarray:
                          "normalises them")
     if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (1, 3, 4)) or min(a.shape[:2]) < 1:
         raise InputError(f"{where}: shape {a.shape}; expected HxW or HxWxC with C in 1, 3, 4")
+    if max_pixels is not None and a.shape[0] * a.shape[1] > max_pixels:
+        raise InputError(f"{where}: {a.shape[1]}x{a.shape[0]} is over the limit of {max_pixels / 1e6:.1f} MP")
     return a

@@ -32,7 +32,7 @@ def resize_weights(n_in: int, n_out: int) -> np.ndarray:
 
 
 def _as_hwc(image: np.ndarray) -> np.ndarray:
-    """One image as uint8 HxWx3 (gray replicated, alpha dropped)."""
+    """One image as uint8 HxWxC (a gray HxW gets its channel axis)."""
     a = np.asarray(image)
     if a.dtype != np.uint8:
         raise TypeError(f"images must be uint8 arrays, got {a.dtype}")
@@ -40,33 +40,52 @@ def _as_hwc(image: np.ndarray) -> np.ndarray:
         a = a[:, :, None]
     if a.ndim != 3 or a.shape[2] not in (1, 3, 4) or min(a.shape[:2]) < 1:
         raise ValueError(f"expected an HxW or HxWxC image with C in 1, 3, 4; got shape {a.shape}")
-    if a.shape[2] == 1:
-        a = np.repeat(a, 3, axis=2)
-    return a[:, :, :3]
+    return a
 
 
-def resize_images(images: np.ndarray | Sequence[np.ndarray], size: int = 36) -> np.ndarray:
-    """uint8 image(s) of any size -> uint8 (N, size, size, 3). A 4-D array is one batch of equal size."""
-    if isinstance(images, np.ndarray) and images.ndim == 4:
-        batches = [images]
-    else:
-        batches = [_as_hwc(img)[None] for img in images]
+RESIZE_BUDGET = 64 << 20  # [ours] bytes of float64 working memory one resize step may use
+
+
+def _resize_batch(batch: np.ndarray, size: int, budget: int) -> np.ndarray:
+    """uint8 (N, H, W, C) -> uint8 (N, size, size, 3), in steps whose float64 working set stays near
+    `budget` bytes: whole images while they fit, else column slices of one image."""
+    N, H, W, C = batch.shape
+    rows, cols = resize_weights(H, size), resize_weights(W, size)  # (S, H), (S, W)
+    out = np.empty((N, size, size, 3), np.uint8)
+    step = max(1, budget // (max(H, size) * max(W, size) * 3 * 8))
+    for i in range(0, N, step):
+        block = batch[i:i + step]
+        n = len(block)
+        first = np.empty((n, size, W, 3))  # each image's rows resized: (n, S, W, 3)
+        width = max(1, budget // (n * H * 3 * 8))
+        for c in range(0, W, width):
+            part = block[:, :, c:c + width, :3].astype(np.float64)  # (n, H, w, C<=3)
+            if C == 1:
+                part = np.repeat(part, 3, axis=-1)
+            w = part.shape[2]
+            first[:, :, c:c + w] = (rows @ part.reshape(n, H, w * 3)).reshape(n, size, w, 3)
+        x = np.matmul(cols, first)  # (n, S, S, 3): the rows of each image act as the batch
+        out[i:i + n] = np.clip(np.rint(x), 0, 255)
+    return out
+
+
+def resize_images(images: np.ndarray | Sequence[np.ndarray], size: int = 36,
+                  budget: int = RESIZE_BUDGET) -> np.ndarray:
+    """uint8 image(s) of any size -> uint8 (N, size, size, 3). A 4-D array is one batch of equal size.
+
+    Memory stays proportional to `budget`, not to the input: a batch of video frames or one huge
+    image is resized in bounded steps.
+    """
+    batches = [images] if isinstance(images, np.ndarray) and images.ndim == 4 else [_as_hwc(img)[None]
+                                                                                     for img in images]
     out = []
     for batch in batches:
         if batch.dtype != np.uint8:
             raise TypeError(f"images must be uint8 arrays, got {batch.dtype}")
-        if batch.shape[-1] == 1:
-            batch = np.repeat(batch, 3, axis=-1)
-        batch = batch[..., :3]
-        _, H, W, _ = batch.shape
-        if (H, W) == (size, size):
-            out.append(batch)
-            continue
-        N = batch.shape[0]
-        x = batch.astype(np.float64).reshape(N, H, W * 3)
-        x = (resize_weights(H, size) @ x).reshape(N, size, W, 3)  # (N, S, W, 3)
-        x = np.matmul(resize_weights(W, size), x)  # (N, S, S, 3): rows of each image act as the batch
-        out.append(np.clip(np.rint(x), 0, 255).astype(np.uint8))
+        if batch.shape[1:3] == (size, size):
+            out.append(np.repeat(batch, 3, axis=-1) if batch.shape[-1] == 1 else batch[..., :3])
+        else:
+            out.append(_resize_batch(batch, size, budget))
     return np.concatenate(out, axis=0)
 
 

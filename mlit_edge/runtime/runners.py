@@ -31,6 +31,7 @@ class Runner:
         self.input_names: list[str] = []
         self.input_shape: tuple[int | None, ...] = ()  # of the first input; the batch is None when dynamic
         self.output_names: list[str] = []
+        self.output_shapes: dict[str, tuple[int | None, ...]] = {}  # None for a free dimension; {} if unknown
         self.route_names: list[str] = []  # outputs holding each layer's (.., K) expert indices
         self.static_batch: int | None = None
         self.last_gpu_ms: float | None = None  # GPU compute time of the last infer, where measurable
@@ -125,6 +126,8 @@ class OnnxRuntimeRunner(Runner):
         self.input_shape = tuple(d if isinstance(d, int) else None for d in first.shape)
         self.static_batch = self.input_shape[0] if self.input_shape else None
         self.output_names = [o.name for o in self._session.get_outputs()]  # fixed per session: infer is hot
+        self.output_shapes = {o.name: tuple(d if isinstance(d, int) else None for d in o.shape)
+                              for o in self._session.get_outputs()}
         if not self.expose_routing:  # a probe export's own routing outputs
             self.route_names = [n for n in self.output_names if n != "logits"]
         applied = self._session.get_session_options()
@@ -149,13 +152,29 @@ def graph_level(ort, name: str):
     return getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[name])
 
 
+def load_onnx(src: str | Path | bytes, load_external_data: bool = True):
+    """An ONNX model from a path or its bytes; a one-line ValueError for anything onnx cannot load
+    (not ONNX, truncated, external data that is missing or points outside the model's folder)."""
+    import onnx
+
+    try:
+        if isinstance(src, bytes):
+            return onnx.load_from_string(src)
+        return onnx.load(str(src), load_external_data=load_external_data)
+    except Exception as e:  # onnx raises DecodeError, ValidationError, OSError... for bad files
+        name = "the ONNX bytes" if isinstance(src, bytes) else str(src)
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ValueError(f"{name} is not a loadable ONNX model ({type(e).__name__}{': ' + detail if detail else ''})") \
+            from None
+
+
 def with_routing_outputs(src: str | Path | bytes):
     """The ONNX model (a path or its bytes) with every TopK's indices added as graph outputs (routing
     recovered from the graph itself), their names, and each TopK's expert count (None where shape
     inference cannot tell)."""
     import onnx
 
-    model = onnx.load_from_string(src) if isinstance(src, bytes) else onnx.load(str(src))
+    model = load_onnx(src)
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in inferred.graph.value_info}

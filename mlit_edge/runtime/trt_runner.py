@@ -68,6 +68,8 @@ class TensorRTRunner(Runner):
         self.input_names = [n for n in names if self.engine.get_tensor_mode(n) == mode]
         self.output_names = [n for n in names if self.engine.get_tensor_mode(n) != mode]
         self.route_names = [n for n in self.output_names if n != "logits"]
+        self.output_shapes = {n: tuple(None if d < 0 else int(d) for d in self.engine.get_tensor_shape(n))
+                              for n in self.output_names}
         shape = tuple(self.engine.get_tensor_shape(self.input_names[0]))
         self.input_shape = tuple(None if d < 0 else int(d) for d in shape)
         self.static_batch = self.input_shape[0]

@@ -5,7 +5,6 @@ import dataclasses
 import hashlib
 import io
 import os
-import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -105,18 +104,50 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     try:
         ckpt = torch.load(io.BytesIO(content) if content is not None else path, map_location=map_location,
                           weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, OSError) as e:
+    except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
-                              f"{first[:200]})") from None
+                              f"{type(e).__name__}: {first[:200]})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"refused {path}: not an mlit-edge checkpoint (no '{FORMAT}' marker)")
-    if ckpt.get("format_version", 0) > FORMAT_VERSION:
+    if not isinstance(ckpt.get("format_version"), int) or ckpt["format_version"] > FORMAT_VERSION:
         raise CheckpointError(f"{path} was written by a newer mlit-edge ({ckpt.get('mlit_edge_version')}); upgrade")
+    problem = _structure_problem(ckpt)
+    if problem:
+        raise CheckpointError(f"refused {path}: {problem}; it was not written by mlit-edge train (or was edited)")
     if kind is not None and ckpt.get("kind") != kind:
         want = {"mlit": "a supervised mLiT", "mmlit": "an mmLiT pre-training"}[kind]
         raise CheckpointError(f"{path} holds a {describe(ckpt)}, but {want} checkpoint is needed")
+    try:
+        config_from_dict(ckpt["kind"], ckpt["config"])
+    except (TypeError, ValueError, KeyError) as e:
+        msg = str(e.args[0] if isinstance(e, KeyError) else e)
+        raise CheckpointError(f"refused {path}: its config is invalid ({msg})") from None
     return ckpt
+
+
+def _structure_problem(ckpt: dict) -> str | None:
+    """What is missing or mistyped in a checkpoint dict (None when it has what loaders use)."""
+    import math
+
+    if ckpt.get("kind") not in KINDS:
+        return f"kind is {ckpt.get('kind')!r}, not one of {KINDS}"
+    for key in ("config", "model", "data"):
+        if not isinstance(ckpt.get(key), dict):
+            return f"'{key}' is missing or not a dict"
+    if not all(isinstance(v, torch.Tensor) for v in ckpt["model"].values()):
+        return "'model' holds something other than tensors"
+    data = ckpt["data"]
+    if not isinstance(data.get("name"), str):
+        return "data.name (the dataset) is missing"
+    if not isinstance(data.get("classes"), list) or not data["classes"]:
+        return "data.classes is missing or empty"
+    for key in ("mean", "std"):
+        v = data.get(key)
+        if not (isinstance(v, list) and len(v) == 3 and all(isinstance(x, (int, float)) and math.isfinite(x)
+                                                             for x in v)):
+            return f"data.{key} is {v!r}, not 3 numbers"
+    return None
 
 
 def read_checkpoint(path: str | Path, kind: str | None = None) -> tuple[dict, str]:

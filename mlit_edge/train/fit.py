@@ -65,6 +65,15 @@ class RunConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.task == "finetune" and not self.init_from:
             raise ValueError("finetune needs --from PRETRAIN.pt (an mmLiT checkpoint)")
+        from .data import IMG_SIZE
+
+        fixed = {"num_classes": "the dataset's class count", "in_chans": 3, "img_size": IMG_SIZE}
+        for key, value in fixed.items():  # the data decides these; a mismatch would only fail at the first step
+            if key in self.overrides and (isinstance(value, str) or self.overrides[key] != value):
+                raise ValueError(f"--set {key}={self.overrides[key]}: {key} is set by the data ("
+                                 f"{value if isinstance(value, str) else f'every dataset is loaded as {value}'})")
+        if self.task != "finetune":
+            get_config(self.size, **self.overrides)  # every value checked before any work
 
     @classmethod
     def for_task(cls, task: str, size: str, out: str | None = None, **fields) -> "RunConfig":
@@ -116,6 +125,18 @@ def _check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: P
                                  "Use another --out, or drop --resume to start a new run elsewhere")
 
 
+def _check_writable(out: Path) -> None:
+    """Fail before the first step, not after the first epoch, when the run folder cannot be written."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise OSError(f"cannot write the run folder {out}: {e.strerror or e}") from None
+
+
 def _rewrite_log(path: Path, keep_below_epoch: int) -> list[dict]:
     """Drop log lines of epochs that the checkpoint does not hold (they will be redone)."""
     if not path.exists():
@@ -155,6 +176,8 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
     dtype = amp_dtype(run.amp, device)
     torch.manual_seed(run.seed + d.rank)
 
+    if d.main:
+        _check_writable(out)
     train_set = load_dataset(run.data, "train", run.data_root, run.download and d.main)
     test_set = load_dataset(run.data, "test", run.data_root) if run.task != "pretrain" and d.main else None
     model, kind, cfg, size = build_model(run, train_set)

@@ -194,7 +194,7 @@ def test_check_refuses_a_non_onnx_file(tmp_path):
     (tmp_path / "x.onnx").write_bytes(b"\x00garbage")
     proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "check", str(tmp_path / "x.onnx")],
                           capture_output=True, text=True)
-    assert proc.returncode != 0 and "is not an ONNX model" in proc.stderr
+    assert proc.returncode != 0 and "is not a loadable ONNX model" in proc.stderr
 
 
 def test_export_refuses_checkpoint_of_another_size(tmp_path):

@@ -1,0 +1,98 @@
+"""The folder a build writes into: one writer at a time, nothing good replaced by accident, nothing
+left behind by a refused or killed build.
+
+- `output_folder` locks the folder (flock on the directory itself, released when the process dies),
+  finishes or drops what a killed writer left (pending sidecars, hidden temporaries), and removes the
+  folder again when it created it and the work failed before writing anything.
+- `guard_replace` refuses to replace an artifact that came from another source (another
+  checkpoint's sha256, random weights over trained ones, a file without a sidecar) unless forced.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .artifact import FORMATS
+from .sidecar import read_sidecar, recover
+
+# what appears in the temporaries of what builds write: their artifacts and calibration manifests
+ARTIFACT_MARKS = (*FORMATS["onnxruntime"].suffixes, *FORMATS["tensorrt"].suffixes, ".calib.json")
+
+
+@contextlib.contextmanager
+def _locked(folder: Path, log: Callable[[str], None]) -> Iterator[None]:
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            log(f"waiting for another mlit-edge process writing to {folder} ...")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def output_folder(folder: str | Path, log: Callable[[str], None] = print) -> Iterator[Path]:
+    """`folder`, created if needed and locked for this writer; see the module docstring."""
+    folder = Path(folder)
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"cannot create the output folder {folder}: {e.strerror or e}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write to the output folder {folder}")
+    try:
+        with _locked(folder, log):
+            for line in recover(folder):
+                log(f"{folder}: {line} (a build was interrupted there)")
+            stale = [p for p in folder.glob(".*.tmp") if p.is_file() and any(s in p.name for s in ARTIFACT_MARKS)]
+            for p in stale:  # under the lock no other build is alive, so its temporaries are stale
+                p.unlink(missing_ok=True)
+            if stale:
+                log(f"removed {len(stale)} temporary file(s) that an interrupted build left in {folder}")
+            yield folder
+    except BaseException:
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # a refused build leaves no empty folder behind
+        raise
+
+
+def source_of(record: dict) -> tuple:
+    """What an artifact was made from: its checkpoint's sha256, or random weights of a given model."""
+    if record.get("checkpoint_sha256"):
+        return ("checkpoint", record["checkpoint_sha256"])
+    if record.get("random_weights"):
+        return ("random weights", (record.get("model") or {}).get("size"))
+    return ("unknown", record.get("source_onnx_sha256"))
+
+
+def describe_source(record: dict) -> str:
+    kind, value = source_of(record)
+    if kind == "checkpoint":
+        return f"checkpoint {record.get('checkpoint') or '?'} (sha256 {value[:12]})"
+    return f"random weights ({value or 'unknown size'})" if kind == "random weights" else "an unknown source"
+
+
+def guard_replace(path: str | Path, new: dict, force: bool = False) -> None:
+    """Refuse (one line) to replace `path` with an artifact of another source than the one it holds."""
+    path = Path(path)
+    if force or not path.exists():
+        return
+    try:
+        old = read_sidecar(path, verify_hash=False)
+    except (OSError, ValueError):
+        raise FileExistsError(f"{path} exists and has no readable mlit-edge sidecar; pass --force to replace it, "
+                              "or choose another --out") from None
+    if source_of(old) != source_of(new):
+        raise FileExistsError(f"{path} holds a model built from {describe_source(old)}; this build is from "
+                              f"{describe_source(new)}. Pass --force to replace it, or choose another --out")

@@ -1,0 +1,80 @@
+"""What a classifier artifact's sidecar must say, checked before its numbers are used.
+
+A sidecar whose sha256 still matches can have been edited by hand. Every field the runtime acts on
+is checked against a schema (types and ranges) and, once the model is loaded, against the model's
+own input and output shapes; a failure is one line that names the field.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .runners import Runner
+
+MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+class SidecarError(ValueError):
+    """A sidecar field the runtime cannot use: the message names the field."""
+
+
+def _numbers(value, n: int) -> bool:
+    return (isinstance(value, list) and len(value) == n
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value))
+
+
+def check_record(record: dict, path: str | Path) -> None:
+    """Types and ranges of the fields the runtime uses (those present; `classifier_fields` says which
+    a classifier needs)."""
+    where = f"{Path(path).name}.json"
+
+    def bad(field: str, value, want: str) -> SidecarError:
+        return SidecarError(f"{where}: {field} is {value!r}, expected {want}; rebuild the artifact with mlit-edge")
+
+    if "classes" in record:
+        classes = record["classes"]
+        if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+            raise bad("classes", classes if not isinstance(classes, list) else f"a list of {len(classes)}",
+                      "a non-empty list of class names")
+    if "preprocess" in record:
+        pre = record["preprocess"]
+        if not isinstance(pre, dict):
+            raise bad("preprocess", pre, "an object with size, mean and std")
+        size = pre.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= MAX_SIZE:
+            raise bad("preprocess.size", size, f"an integer from 1 to {MAX_SIZE}")
+        if not _numbers(pre.get("mean"), 3):
+            raise bad("preprocess.mean", pre.get("mean"), "3 finite numbers")
+        if not _numbers(pre.get("std"), 3) or min(pre["std"]) <= 0:
+            raise bad("preprocess.std", pre.get("std"), "3 positive numbers")
+    if "batch" in record:
+        batch = record["batch"]
+        if batch != "dynamic" and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+            raise bad("batch", batch, '"dynamic" or a positive integer')
+    if "precision" in record and record["precision"] not in PRECISIONS:
+        raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
+
+
+def classifier_fields(record: dict, path: str | Path) -> None:
+    """The fields without which an artifact cannot classify: classes and preprocessing."""
+    missing = [k for k in ("classes", "preprocess") if k not in record]
+    if missing:
+        raise SidecarError(f"{Path(path).name}.json lacks {missing}: not an mlit-edge classifier sidecar; "
+                           "rebuild the artifact with mlit-edge build")
+    check_record(record, path)
+
+
+def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
+    """The sidecar's input size and class count against the loaded model's own shapes."""
+    where = f"{Path(path).name}.json"
+    size = (record.get("preprocess") or {}).get("size")
+    shape = runner.input_shape
+    if size is not None and len(shape) == 4 and (shape[1] != 3 or tuple(shape[2:]) != (size, size)):
+        raise SidecarError(f"{where}: preprocess.size is {size}, but the model's input is {shape[1]}x{shape[2]}x"
+                           f"{shape[3]}; rebuild the artifact with mlit-edge")
+    logits = runner.output_shapes.get("logits")
+    classes = record.get("classes")
+    if classes is not None and logits and logits[-1] is not None and logits[-1] != len(classes):
+        raise SidecarError(f"{where}: classes lists {len(classes)} names, but the model outputs {logits[-1]} "
+                           "logits; rebuild the artifact with mlit-edge")

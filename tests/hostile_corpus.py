@@ -1,0 +1,164 @@
+"""The project's adversarial corpus: hostile files and arguments, each with the outcome it must get.
+
+`make_corpus(folder, good)` writes every case's files into `folder` from a good artifact pair (an
+.onnx with its sidecar) and a good checkpoint, and returns the cases; `tests/test_hostile.py` replays
+them through the CLI. An outcome is an exit code plus either a phrase of the one-line error, or
+(for input that is converted, not refused) the prediction the same pixels get as 8-bit images.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    name: str
+    defect: str  # the class of defect in the issue that filed it
+    args: list[str]  # CLI arguments
+    exit_code: int
+    error: str | None = None  # a phrase of the one-line error (None: no error expected)
+    same_as: str | None = None  # an 8-bit image that must get the same prediction
+    extra: dict = field(default_factory=dict)
+
+
+def png_bomb(width: int = 20000, height: int = 20000) -> bytes:
+    """A ~80-byte PNG whose header claims width x height 8-bit gray pixels."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b""))
+
+
+def _edited_copy(good: Path, folder: Path, name: str, edit) -> Path:
+    """A copy of the good artifact whose sidecar is edited by `edit(record)`: its sha256 still matches."""
+    art = folder / f"{name}.onnx"
+    shutil.copyfile(good, art)
+    record = json.loads(Path(f"{good}.json").read_text())
+    edit(record)
+    Path(f"{art}.json").write_text(json.dumps(record))
+    return art
+
+
+def _checkpoint_variant(good: Path, folder: Path, name: str, edit) -> Path:
+    import torch
+
+    ckpt = torch.load(good, weights_only=True)
+    edit(ckpt)
+    path = folder / f"{name}.pt"
+    torch.save(ckpt, path)
+    return path
+
+
+def _external_data_onnx(folder: Path) -> Path:
+    """A valid-looking ONNX whose weight lives in 'external data' that points outside its folder."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    weight.data_location = TensorProto.EXTERNAL
+    weight.ClearField("float_data")
+    for key, value in (("location", "../../../../etc/passwd"), ("offset", "0"), ("length", "8")):
+        weight.external_data.add(key=key, value=value)
+    graph = helper.make_graph([helper.make_node("Add", ["images", "w"], ["logits"])], "g",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2])], [weight])
+    path = folder / "external.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    write_sidecar(path, {"precision": "fp32", "classes": ["a", "b"],
+                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
+    return path
+
+
+def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
+    """Write the corpus into `folder`; `good` is a trained artifact (.onnx + sidecar), `checkpoint` its .pt."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    digit = np.zeros((28, 28), np.uint8)
+    digit[6:22, 12:16] = 255  # a "1"
+    Image.fromarray(digit).save(folder / "digit8.png")
+    cases: list[Case] = []
+    model = ["--model", str(good)]
+
+    # 1. decompression bombs and oversized images: one line per file, the good files still classified
+    (folder / "bomb.png").write_bytes(png_bomb())
+    Image.fromarray(np.zeros((8000, 8000), np.uint8)).save(folder / "big.png")  # 64 MP of real data
+    cases += [Case("png header claims 20000x20000", "bomb", ["predict", str(folder / "bomb.png"),
+                                                             str(folder / "digit8.png"), *model, "--json"], 2,
+                   "decompression bomb"),
+              Case("real 8000x8000 png", "bomb", ["predict", str(folder / "big.png"), *model], 2, "over the limit"),
+              Case("limit raised by the user", "bomb", ["predict", str(folder / "big.png"), *model,
+                                                        "--max-pixels", "100000000"], 0)]
+
+    # 6. modes that are not 8 bits per channel: converted by rule, or refused with the reason
+    Image.fromarray(digit.astype(np.uint16) * 257).save(folder / "digit16.png")
+    Image.fromarray(digit.astype(np.float32) / 255).save(folder / "digit_float01.tiff")
+    Image.fromarray(digit.astype(np.float32)).save(folder / "digit_float255.tiff")
+    Image.fromarray(digit.astype(np.int32) * 1000).save(folder / "digit_int32.tiff")
+    cases += [Case("16-bit png", "modes", ["predict", str(folder / "digit16.png"), *model, "--json"], 0,
+                   same_as=str(folder / "digit8.png")),
+              Case("float tiff in [0, 1]", "modes", ["predict", str(folder / "digit_float01.tiff"), *model, "--json"],
+                   0, same_as=str(folder / "digit8.png")),
+              Case("float tiff in [0, 255]", "modes", ["predict", str(folder / "digit_float255.tiff"), *model], 2,
+                   "expected [0, 1]"),
+              Case("32-bit integer tiff", "modes", ["predict", str(folder / "digit_int32.tiff"), *model], 2,
+                   "32-bit integer pixels")]
+
+    # 4. sidecars edited by hand (sha256 still valid): refused at load, naming the field
+    def pre(key, value):
+        return lambda r: r["preprocess"].__setitem__(key, value)
+
+    edits = [("size40", pre("size", 40), "preprocess.size is 40, but the model's input is 3x36x36"),
+             ("size100000", pre("size", 100000), "preprocess.size is 100000, expected an integer from 1 to 4096"),
+             ("size0", pre("size", 0), "preprocess.size is 0"),
+             ("std0", pre("std", [0.3, 0.0, 0.3]), "preprocess.std is [0.3, 0.0, 0.3], expected 3 positive numbers"),
+             ("batch-3", lambda r: r.__setitem__("batch", -3), "batch is -3"),
+             ("classes3", lambda r: r.__setitem__("classes", ["a", "b", "c"]),
+              "classes lists 3 names, but the model outputs 10 logits"),
+             ("classes_text", lambda r: r.__setitem__("classes", "0123456789"), "classes is '0123456789'")]
+    for name, edit, words in edits:
+        art = _edited_copy(good, folder, name, edit)
+        cases.append(Case(f"sidecar {name}", "sidecar", ["predict", str(folder / "digit8.png"), "--model", str(art)],
+                          1, words))
+    external = _external_data_onnx(folder)
+    cases += [Case("external data outside the folder: build", "sidecar",
+                   ["build", "--onnx", str(external), "--precision", "fp16", "--target", "onnxruntime", "--out",
+                    str(folder / "out-external")], 1, "not a loadable ONNX model", extra={"no_folder": "out-external"}),
+              Case("external data outside the folder: check", "sidecar", ["check", str(external)], 1,
+                   "not a loadable ONNX model"),
+              Case("external data outside the folder: predict", "sidecar",
+                   ["predict", str(folder / "digit8.png"), "--model", str(external)], 1, "cannot load")]
+
+    # 5. memory: a batch whose buffers cannot fit is refused before anything is measured
+    cases.append(Case("bench --batch 100000", "memory", ["bench", str(good), "--batch", "100000", "--limit", "8"], 1,
+                      "GiB of buffers (estimated)"))
+
+    # 7. bad checkpoints and --set values: one line that names the file or field
+    text = folder / "notes.pt"
+    text.write_text("hello, this is not a checkpoint\n")
+    no_data = _checkpoint_variant(checkpoint, folder, "no_data", lambda c: c.pop("data"))
+    bad_depth = _checkpoint_variant(checkpoint, folder, "bad_depth", lambda c: c["config"].__setitem__("depth", "abc"))
+    for path, words in [(text, "not a safe mlit-edge checkpoint"), (no_data, "'data' is missing"),
+                        (bad_depth, "depth must be int, got 'abc'")]:
+        cases += [Case(f"checkpoint {path.name}: eval", "checkpoint", ["eval", "--checkpoint", str(path)], 1, words),
+                  Case(f"checkpoint {path.name}: build", "checkpoint",
+                       ["build", "--checkpoint", str(path), "--target", "onnxruntime", "--out",
+                        str(folder / f"out-{path.stem}")], 1, words, extra={"no_folder": f"out-{path.stem}"})]
+    for setting, words in [("noisy_gating=maybe", "not a valid boolean"), ("expert_stages=", "expert_stages=()"),
+                           ("num_classes=0", "num_classes is set by the data"), ("in_chans=1", "in_chans is set by"),
+                           ("depth=abc", "not a valid int"), ("top_k=9", "top_k=9 must be between 1"),
+                           ("noise_eps=-1", "noise_eps must be > 0")]:
+        cases.append(Case(f"--set {setting}", "checkpoint", ["train", "--set", setting, "--epochs", "1", "--out",
+                                                            str(folder / "run-set")], 1, words,
+                          extra={"no_folder": "run-set"}))
+    return cases

@@ -1,0 +1,242 @@
+"""Hostile input and faults: the corpus replayed through the CLI, the inbox service under a slow writer,
+a vanishing file and a bomb, builds that must not replace good artifacts, kills between the two
+renames of a pair, concurrent builds, and bounded memory."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("onnxruntime")
+Image = pytest.importorskip("PIL.Image")
+
+from hostile_corpus import make_corpus, png_bomb  # noqa: E402
+from mlit_edge.cli import main  # noqa: E402
+from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
+from mlit_edge.export.source import load_for_export  # noqa: E402
+from mlit_edge.runtime import Classifier  # noqa: E402
+from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+
+ROOT = Path(__file__).parent.parent
+CLI = [sys.executable, "-m", "mlit_edge.cli"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {p.name: sha(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def good(trained_checkpoint, tmp_path_factory) -> tuple[Path, Path]:
+    """A trained artifact pair (.onnx + sidecar) and its checkpoint."""
+    model, ckpt = trained_checkpoint
+    path = tmp_path_factory.mktemp("good") / "mlit-xxs-custom-fp32.onnx"
+    export_onnx(model, path, load_for_export(str(ckpt), None)[1])
+    return path, ckpt
+
+
+def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, tmp_path):
+    art, ckpt = good
+    cases = make_corpus(tmp_path / "corpus", art, ckpt)
+    before = {**hashes(art.parent), "ckpt": sha(ckpt)}
+    runner, failures = CliRunner(), []
+    for case in cases:
+        r = runner.invoke(main, case.args)
+        text = r.output + r.stderr
+        problems = []
+        if r.exit_code != case.exit_code:
+            problems.append(f"exit {r.exit_code}, expected {case.exit_code}")
+        if r.exception is not None and not isinstance(r.exception, SystemExit):
+            problems.append(f"raised {type(r.exception).__name__}: {r.exception}")
+        if "Traceback" in text:
+            problems.append("printed a traceback")
+        if case.error and case.error not in text:
+            problems.append(f"no {case.error!r} in {text[-300:]!r}")
+        if case.exit_code == 1 and len([line for line in r.stderr.splitlines() if line.startswith("Error:")]) != 1:
+            problems.append(f"not one error line: {r.stderr[-300:]!r}")
+        if case.same_as:
+            want = json.loads(runner.invoke(main, ["predict", case.same_as, "--model", str(art), "--json"]).output)[0]
+            got = json.loads(r.output)[0]
+            if (got.get("class_id"), round(got.get("prob", -1), 6)) != (want["class_id"], round(want["prob"], 6)):
+                problems.append(f"predicted {got}, the 8-bit image gets {want}")
+        if "no_folder" in case.extra and (tmp_path / "corpus" / case.extra["no_folder"]).exists():
+            problems.append("left an output folder behind")
+        if problems:
+            failures.append(f"{case.defect}: {case.name}: {'; '.join(problems)}")
+    assert not failures, "\n".join(failures)
+    assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
+    assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint"} and len(cases) >= 30
+
+
+def test_bomb_in_a_list_of_files_leaves_the_good_ones_classified(good, tmp_path):
+    art, _ = good
+    (tmp_path / "bomb.png").write_bytes(png_bomb())
+    Image.fromarray(np.full((30, 30), 200, np.uint8)).save(tmp_path / "ok.png")
+    r = CliRunner().invoke(main, ["predict", str(tmp_path / "bomb.png"), str(tmp_path / "ok.png"), "--model",
+                                  str(art), "--json"])
+    rows = json.loads(r.output)
+    assert r.exit_code == 2 and "error" in rows[0] and "class_id" in rows[1]
+
+
+def test_serve_survives_a_slow_writer_a_vanishing_file_and_a_bomb(good, tmp_path, monkeypatch):
+    from mlit_edge.runtime import serve
+
+    art, _ = good
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    Image.fromarray(np.full((28, 28), 255, np.uint8)).save(tmp_path / "whole.jpg")
+    jpeg = (tmp_path / "whole.jpg").read_bytes()
+    real_predict = serve.Classifier.predict
+
+    def predict(self, images, top_k=1):
+        for f in images:  # "vanish.png" disappears between the listing and its processing
+            if isinstance(f, Path) and f.name == "vanish.png":
+                f.unlink()
+        return real_predict(self, images, top_k)
+
+    monkeypatch.setattr(serve.Classifier, "predict", predict)
+
+    def writer():
+        (inbox / "bomb.png").write_bytes(png_bomb())
+        Image.fromarray(np.zeros((28, 28), np.uint8)).save(inbox / "vanish.png")
+        with open(inbox / "slow.jpg", "wb") as f:  # a third of the JPEG, then the rest 1.5 s later
+            f.write(jpeg[: len(jpeg) // 3])
+            f.flush()
+            time.sleep(1.5)
+            f.write(jpeg[len(jpeg) // 3:])
+        time.sleep(0.5)
+        for i in range(2):  # later good files, dropped the documented safe way
+            Image.fromarray(np.full((28, 28), 60 * i, np.uint8)).save(inbox / f".later{i}.png")
+            os.replace(inbox / f".later{i}.png", inbox / f"later{i}.png")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    handled = serve.watch(art, inbox, tmp_path / "results.jsonl", interval_s=0.05, max_files=4, settle_s=0.3,
+                          retry_s=3.0)
+    t.join()
+    rows = {r["path"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert handled == 4 and set(rows) == {"bomb.png", "slow.jpg", "later0.png", "later1.png"}
+    assert "error" in rows["bomb.png"] and (inbox / "failed" / "bomb.png").is_file()
+    assert "class_id" in rows["slow.jpg"] and (inbox / "done" / "slow.jpg").is_file()  # not judged corrupt
+    assert all("class_id" in rows[f"later{i}.png"] for i in range(2))
+    assert not (inbox / "vanish.png").exists() and "vanish.png" not in rows
+
+
+def test_build_does_not_replace_an_artifact_of_another_source_without_force(trained_checkpoint, tmp_path):
+    import torch
+
+    from mlit_edge.train.checkpoint import load_checkpoint
+
+    _, ckpt = trained_checkpoint
+    out = tmp_path / "out"
+
+    def build(*args):
+        return CliRunner().invoke(main, ["build", "--target", "onnxruntime", "--no-eval", "--out", str(out), *args])
+
+    assert build("--checkpoint", str(ckpt), "--precision", "fp16").exit_code == 0
+    kept = hashes(out)
+    other = tmp_path / "other.pt"  # the same model size, other weights
+    c = load_checkpoint(ckpt)
+    c["model"] = {k: v + 0.01 if v.is_floating_point() else v for k, v in c["model"].items()}
+    torch.save(c, other)
+    r = build("--checkpoint", str(other), "--precision", "fp16")
+    assert r.exit_code == 1 and "holds a model built from checkpoint" in r.stderr and "--force" in r.stderr
+    # random weights named like the trained model: `build --onnx` names its output after its input
+    random_onnx = tmp_path / "dev" / "mlit-xxs-custom-fp32.onnx"
+    random_onnx.parent.mkdir()
+    assert CliRunner().invoke(main, ["export", "--size", "xxs", "--out", str(random_onnx)]).exit_code == 0
+    r = build("--onnx", str(random_onnx), "--precision", "fp16")
+    assert r.exit_code == 1 and "this build is from random weights" in r.stderr and len(r.stderr.splitlines()) <= 6
+    assert hashes(out) == kept  # the trained pair and everything beside it, byte for byte
+    r = build("--checkpoint", str(ckpt), "--precision", "fp16")  # the same source: no --force needed
+    assert r.exit_code == 0 and "reusing" in r.stderr and hashes(out) == kept
+    r = build("--checkpoint", str(other), "--precision", "fp16", "--force")
+    assert r.exit_code == 0 and read_sidecar(out / "mlit-xxs-custom-fp16.onnx")["checkpoint_sha256"] == sha(other)
+
+
+KILL_AT = """
+import os, signal
+_replace = os.replace
+def _replace_or_die(src, dst, *a, **kw):
+    if str(dst).endswith({suffix!r}):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _replace(src, dst, *a, **kw)
+os.replace = _replace_or_die
+"""
+
+
+@pytest.mark.parametrize("suffix, which", [(".onnx", "old"), (".onnx.json", "new")])
+def test_a_kill_between_the_renames_of_a_pair_leaves_the_old_pair_or_the_new(good, tmp_path, suffix, which):
+    """A SIGKILL just before the artifact's rename keeps the old pair; one between the artifact's rename
+    and its sidecar's leaves the new artifact with its pending sidecar, which loaders accept and the
+    next build completes. Never a new artifact with the old sidecar."""
+    art, ckpt = good
+    out = tmp_path / "out"
+    args = ["build", "--checkpoint", str(ckpt), "--precision", "fp32", "--target", "onnxruntime", "--no-eval",
+            "--out", str(out)]
+    first = subprocess.run([*CLI, *args, "--opset", "19"], capture_output=True, text=True, env=ENV)
+    assert first.returncode == 0, first.stderr[-2000:]
+    target = out / "mlit-xxs-custom-fp32.onnx"
+    old = (sha(target), read_sidecar(target)["opset"])
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_AT.format(suffix=suffix))
+    killed = subprocess.run([*CLI, *args, "--opset", "18"], capture_output=True, text=True,
+                            env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    record = read_sidecar(target)  # verifies the sha256 of the artifact on disk against the sidecar it picks
+    assert (record["opset"] == 19 and sha(target) == old[0]) if which == "old" else record["opset"] == 18
+    with Classifier.load(target) as clf:
+        assert clf.predict([np.zeros((28, 28), np.uint8)])[0].prob > 0
+    done = subprocess.run([*CLI, *args, "--opset", "18"], capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_sidecar(target)["opset"] == 18 and not list(out.glob(".*"))
+
+
+def test_concurrent_builds_into_one_folder_both_finish(trained_checkpoint, tmp_path):
+    _, ckpt = trained_checkpoint
+    out = tmp_path / "out"
+    procs = [subprocess.Popen([*CLI, "build", "--checkpoint", str(ckpt), "--precision", p, "--target", "onnxruntime",
+                               "--out", str(out), "--calib-n", "64", "--no-calib-cache"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=ENV) for p in ("int8", "fp16")]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1][-1500:] for r in results]
+    assert "waiting for another mlit-edge process" in results[0][1] + results[1][1]
+    for p in ("fp32", "fp16", "int8"):
+        read_sidecar(out / f"mlit-xxs-custom-{p}.onnx")
+    assert not list(out.glob(".*"))
+
+
+def test_resize_runs_in_bounded_steps_with_the_same_result():
+    from mlit_edge.runtime.preprocess import resize_images
+
+    frames = np.random.default_rng(0).integers(0, 256, (12, 48, 64, 3), dtype=np.uint8)
+    whole = resize_images(frames, budget=1 << 40)
+    assert np.array_equal(resize_images(frames, budget=4096), whole)  # one image, column slices
+    assert np.array_equal(resize_images(frames, budget=48 * 64 * 3 * 8 * 5), whole)  # five images a step
+    assert np.array_equal(resize_images(list(frames), budget=4096), whole)
+
+
+def test_classifier_after_close_and_unwritable_run_folder(good, tmp_path):
+    art, _ = good
+    clf = Classifier.load(art)
+    clf.close()
+    with pytest.raises(RuntimeError, match="was closed; load it again"):
+        clf.predict([np.zeros((28, 28), np.uint8)])
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    start = time.monotonic()
+    r = CliRunner().invoke(main, ["train", "--epochs", "1", "--out", str(blocker / "run"), "--no-progress"])
+    assert r.exit_code == 1 and "cannot write the run folder" in r.stderr and time.monotonic() - start < 60
