@@ -25,11 +25,40 @@ class Report:
     ops: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    layer_nodes: list[int] = field(default_factory=list)  # ONNX nodes of each encoder layer, in order
     build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
 
     @property
     def ok(self) -> bool:
         return not self.problems and (self.build is None or self.build.get("ok", False))
+
+
+BLOCK = re.compile(r"/blocks\.(\d+)[:/]")
+
+
+def nodes_per_layer(model) -> list[int]:
+    """ONNX nodes of each encoder layer. The exporter names each node's module (`blocks.3`) in its
+    metadata; a node added later without one (a Split, a Q/DQ pair) belongs to the layer of its first
+    input, or of its consumer when it reads only weights."""
+    layer_of: dict[str, int | None] = {}
+    layers: list[int | None] = []
+    for node in model.graph.node:
+        scope = next((p.value for p in node.metadata_props if p.key == "namespace"), "")
+        found = BLOCK.search(scope)
+        layer = int(found.group(1)) if found else None
+        if not scope:
+            layer = next((layer_of[i] for i in node.input if layer_of.get(i) is not None), None)
+        layer_of.update((out, layer) for out in node.output)
+        layers.append(layer)
+    consumer_layer = {i: layer for node, layer in zip(model.graph.node, layers) for i in node.input}
+    counts: dict[int, int] = {}
+    for node, layer in zip(model.graph.node, layers):
+        scoped = any(p.key == "namespace" and p.value for p in node.metadata_props)
+        if layer is None and not scoped:
+            layer = next((consumer_layer.get(o) for o in node.output if consumer_layer.get(o) is not None), None)
+        if layer is not None:
+            counts[layer] = counts.get(layer, 0) + 1
+    return [counts[i] for i in sorted(counts)]
 
 
 def _load(path: Path):
@@ -66,6 +95,7 @@ def static_checks(path: str | Path) -> Report:
                             "no opset-23 Attention)")
     for node in model.graph.node:
         rep.ops[node.op_type] = rep.ops.get(node.op_type, 0) + 1
+    rep.layer_nodes = nodes_per_layer(model)
     for op in sorted(set(rep.ops) & DENIED):
         rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
     if "Attention" in rep.ops:
@@ -111,6 +141,10 @@ def static_checks(path: str | Path) -> Report:
 def format_report(rep: Report) -> str:
     lines = [f"{rep.path}: opset {rep.opset}, {sum(rep.ops.values())} nodes, "
              f"ops: {', '.join(f'{k} {v}' for k, v in sorted(rep.ops.items()))}"]
+    if rep.layer_nodes:
+        per = sorted(set(rep.layer_nodes))
+        lines.append(f"  {'/'.join(map(str, per))} nodes per encoder layer x {len(rep.layer_nodes)}, "
+                     f"{sum(rep.ops.values()) - sum(rep.layer_nodes)} outside them (patch embedding, head)")
     lines += [f"  FAIL {p}" for p in rep.problems]
     lines += [f"  note {n}" for n in rep.notes]
     if rep.build:

@@ -20,7 +20,7 @@ from ..runtime.runners import OnnxRuntimeRunner
 from ..runtime.sidecar import publish, temporary_beside
 from . import DEFAULT_OPSET, OPSETS
 from .quiet import quiet
-from .static import to_deploy
+from .static import onnx_translations, to_deploy
 from .torch_runner import TorchRunner
 
 PARITY_TOL = 1e-4
@@ -55,7 +55,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)
     with temporary_beside(out) as tmp, quiet():
         program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
-                                    input_names=[INPUT], output_names=names, verbose=False)
+                                    input_names=[INPUT], output_names=names, verbose=False,
+                                    custom_translation_table=onnx_translations())
         proto = program.model_proto
         meta = {"mlit_edge_version": __version__, "precision": "fp32", "classes": info["classes"],
                 "preprocess": info["preprocess"], "model": info["model"]}

@@ -110,6 +110,23 @@ def to_fp16(src: str | Path, out: str | Path) -> dict:
     return _derived_record(src, "fp16", {"fp32_nodes": {"ops": sorted(FP32_OPS), "router_and_head": len(keep)}})
 
 
+def float_inputs(model, nodes: set[str]) -> int:
+    """Let the float `nodes` (the router, activation-by-activation matmuls) read the float activations:
+    the quantizer may hand them the Q/DQ pair it made for a quantized consumer of the same tensor."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    rewired = 0
+    for node in model.graph.node:
+        if node.name not in nodes:
+            continue
+        for j, name in enumerate(node.input):
+            dq = producers.get(name)
+            q = producers.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            if q is not None and q.op_type == "QuantizeLinear":  # an activation (weights have no QuantizeLinear)
+                node.input[j] = q.input[0]
+                rewired += 1
+    return rewired
+
+
 class _Reader:
     """ONNX Runtime calibration reader over preprocessed float32 NCHW batches."""
 
@@ -144,6 +161,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
                         extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                                        "QuantizeBias": False, "DedicatedQDQPair": True})
     quantized = load_onnx(out)
+    float_inputs(quantized, set(exclude))
     _set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
     return _derived_record(src, "int8", {"calibration": {**calib_info, "images": int(len(calib)),

@@ -1,15 +1,21 @@
 """`to_deploy(model)`: an eval-mode, static-shape copy of an mLiT for export to ONNX and TensorRT.
 
-What changes against the training model, and why it is still the same function:
-- the gate is the clean `x Wg` (noise only exists in training), top-k by TopK, and the sparse gate
-  matrix is rebuilt from the top-k indices with a one-hot comparison instead of a scatter;
-- the MoE runs in the folded dense form: all experts' W in one matmul, the shared V and W2 once,
-  exact because the gates of a token sum to 1; no token is dropped and no capacity factor exists;
-- attention is plain matmul/softmax with the key/value heads repeated explicitly and the 1/sqrt(C)
-  scale applied to Q;
+The same function as the training model in eval mode (parity <= 1e-5, the same expert choices),
+in the fewest graph nodes we found, since on a Jetson every unfused layer is a kernel launch:
+- the token stream is one (T, D) matrix, T = B*N; every reshape names its sizes with -1 for the
+  batch, so the graph holds no shape arithmetic, dynamic batch or not;
+- attention: one QKV matmul whose columns are ordered by group ([q heads, k, v] of each group) with
+  1/sqrt(C) folded into the query columns; one transpose puts each group's query heads against
+  its single key/value head in one broadcast matmul, so repeated K/V heads are never materialised;
+  the output projection adds the residual in the same Gemm;
+- the gate is the clean `x Wg` (noise only exists in training), top-k by TopK, and the dense gate
+  row is the softmax of the top-k values times a one-hot of their indices (ONNX OneHot, no scatter);
+- the MoE is folded: all experts' W and the shared V in one Gemm, the gate-weighted sum of the
+  experts' activations before the shared V and W2, exact because a token's gates sum to 1; no
+  token is dropped and no capacity factor exists; other sharing arrangements get the general form;
 - dropout and drop-path are gone.
-Only the batch dimension may vary. Letters: B batch, N tokens, D width, E experts, K chosen,
-H query heads, G key/value heads, C head size, T = B*N tokens, F hidden size.
+Letters: B batch, N tokens, D width, E experts, K chosen, H query heads, G key/value heads,
+R = H/G query heads per group, C head size, T = B*N tokens, F hidden size.
 """
 from __future__ import annotations
 
@@ -22,79 +28,124 @@ from torch import Tensor, nn
 
 from ..model.attention import Attention
 from ..model.mlit import MLiT
-from ..model.moe import MoE, SwiGLUExperts
+from ..model.moe import MoE
+
+
+@torch.library.custom_op("mlit_edge::one_hot", mutates_args=())
+def one_hot(indices: Tensor, depth: int) -> Tensor:
+    """float32 one-hot of int64 indices: (..., K) -> (..., K, depth). Exported as one ONNX OneHot."""
+    return F.one_hot(indices, depth).to(torch.float32)
+
+
+@one_hot.register_fake
+def _(indices: Tensor, depth: int) -> Tensor:
+    return indices.new_empty((*indices.shape, depth), dtype=torch.float32)
+
+
+def onnx_translations() -> dict:
+    """How the exporter writes this module's own ops in ONNX."""
+    from onnxscript import opset18 as op
+
+    def one_hot_onnx(indices, depth: int):
+        return op.OneHot(indices, op.Constant(value_int=depth), op.Constant(value_floats=[0.0, 1.0]), axis=-1)
+
+    return {torch.ops.mlit_edge.one_hot.default: one_hot_onnx}
+
+
+def _frozen(t: Tensor) -> nn.Parameter:
+    return nn.Parameter(t.detach().clone().contiguous(), requires_grad=False)
 
 
 class StaticAttention(nn.Module):
-    """Grouped-query attention as explicit matmuls, for exporters and TensorRT."""
+    """Grouped-query attention in five matmul-class nodes; returns x + attention(LN(x))."""
 
-    def __init__(self, attn: Attention) -> None:
+    def __init__(self, attn: Attention, tokens: int) -> None:
         super().__init__()
-        self.heads, self.groups, self.head_dim = attn.heads, attn.groups, attn.head_dim
-        self.q, self.k, self.v, self.proj = attn.q, attn.k, attn.v, attn.proj
+        H, G, C = attn.heads, attn.groups, attn.head_dim
+        R = H // G
+        self.N, self.G, self.R, self.C = tokens, G, R, C
+        wq, wk, wv = attn.split_weights()  # (H*C, D), (G*C, D), (G*C, D)
+        wq = wq / math.sqrt(C)  # the softmax scale, folded into the query columns
+        per_group = [w for g in range(G) for w in (wq[g * R * C:(g + 1) * R * C], wk[g * C:(g + 1) * C],
+                                                     wv[g * C:(g + 1) * C])]
+        self.w_qkv = _frozen(torch.cat(per_group).t())  # (D, G*(R+2)*C)
+        self.w_proj = _frozen(attn.proj.weight.t())  # (D, D)
 
-    def forward(self, x: Tensor) -> Tensor:
-        B, N, D = x.shape
-        H, G, C = self.heads, self.groups, self.head_dim
-        q = (self.q(x) * (1.0 / math.sqrt(C))).view(B, N, H, C).transpose(1, 2)  # (B, H, N, C)
-        k = self.k(x).view(B, N, G, 1, C).expand(B, N, G, H // G, C).reshape(B, N, H, C).transpose(1, 2)
-        v = self.v(x).view(B, N, G, 1, C).expand(B, N, G, H // G, C).reshape(B, N, H, C).transpose(1, 2)
-        attn = (q @ k.transpose(-1, -2)).softmax(dim=-1)  # (B, H, N, N)
-        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, D))  # (B, N, D)
+    def forward(self, h: Tensor, residual: Tensor) -> Tensor:
+        N, G, R, C = self.N, self.G, self.R, self.C
+        qkv = (h @ self.w_qkv).view(-1, N, G, R + 2, C).permute(0, 2, 3, 1, 4)  # (B, G, R+2, N, C)
+        q, k, v = qkv.split([R, 1, 1], dim=2)  # (B, G, R, N, C), (B, G, 1, N, C) x2
+        attn = (q @ k.transpose(-1, -2)).softmax(dim=-1)  # (B, G, R, N, N): R heads against one K
+        out = (attn @ v).permute(0, 3, 1, 2, 4).reshape(-1, G * R * C)  # (T, D), heads in order g*R + r
+        return torch.addmm(residual, out, self.w_proj)  # (T, D)
 
 
 class StaticMoE(nn.Module):
-    """Clean top-k routing plus the folded dense experts; returns the output and the (T, K) choices."""
+    """Clean top-k routing and the folded experts; returns x + MoE(LN(x)) and the (T, K) choices."""
 
     def __init__(self, moe: MoE) -> None:
         super().__init__()
-        self.w_gate = moe.gate.w_gate
-        self.k = moe.gate.k
-        self.n_experts = moe.gate.experts
-        self.experts: SwiGLUExperts = moe.experts
+        ex = moe.experts
+        D, self.F, self.E, self.k = ex.dim, ex.hidden, ex.experts, moe.gate.k
+        self.n_w, self.n_v, self.n_w2 = ex.w.shape[1], ex.v.shape[1], ex.w2.shape[0]
+        self.w_gate = _frozen(moe.gate.w_gate.weight.t())  # (D, E)
+        self.w_in = _frozen(torch.cat([ex.w.reshape(D, -1), ex.v.reshape(D, -1)], dim=1))  # (D, (n_w+n_v)*F)
+        self.b_in = _frozen(torch.cat([ex.b.reshape(-1), ex.c.reshape(-1)]))
+        self.w2 = _frozen(ex.w2.reshape(-1, D))  # (n_w2*F, D)
+        self.d = _frozen(ex.d if self.n_w2 > 1 else ex.d[0])  # (E, D) or (D,)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        B, N, D = x.shape
-        flat = x.reshape(-1, D)  # (T, D)
-        logits = self.w_gate(flat)  # (T, E)
-        top_v, top_i = logits.topk(self.k, dim=-1)  # (T, K)
-        one_hot = (top_i.unsqueeze(-1) == torch.arange(self.n_experts, device=x.device)).to(top_v.dtype)  # (T, K, E)
-        gates = (top_v.softmax(dim=-1).unsqueeze(1) @ one_hot).squeeze(1)  # (T, E), k non-zeros
-        return self.experts(flat, gates).view(B, N, D), top_i
+    def forward(self, h: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
+        E, Fh = self.E, self.F
+        top_v, top_i = (h @ self.w_gate).topk(self.k, dim=-1)  # (T, K)
+        gates = top_v.softmax(dim=-1).unsqueeze(1) @ one_hot(top_i, E)  # (T, 1, E), k non-zeros
+        a, u = torch.addmm(self.b_in, h, self.w_in).view(-1, self.n_w + self.n_v, Fh).split(
+            [self.n_w, self.n_v], dim=1)  # (T, n_w, F), (T, n_v, F)
+        if self.n_w2 == 1:
+            if self.n_w == E and self.n_v == 1:  # the paper's sharing: mix the W branch, then the shared V
+                z = (gates @ F.silu(a)) * u  # (T, 1, F)
+            elif self.n_w == 1 and self.n_v == E:
+                z = F.silu(a) * (gates @ u)
+            elif self.n_w == 1:  # all shared: the gates sum to 1
+                z = F.silu(a) * u
+            else:
+                z = gates @ (F.silu(a) * u)
+            return torch.addmm(self.d, z.view(-1, Fh), self.w2) + residual, top_i  # (T, D)
+        z = gates.transpose(1, 2) * (F.silu(a) * u)  # (T, E, F): each expert's term, weighted
+        return torch.addmm(gates.view(-1, E) @ self.d, z.view(-1, E * Fh), self.w2) + residual, top_i
 
 
 class StaticBlock(nn.Module):
-    def __init__(self, blk) -> None:
+    def __init__(self, blk, tokens: int) -> None:
         super().__init__()
         self.norm1, self.norm2 = blk.norm1, blk.norm2
-        self.attn = StaticAttention(blk.attn)
+        self.attn = StaticAttention(blk.attn, tokens)
         self.moe = StaticMoE(blk.moe)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        x = x + self.attn(self.norm1(x))
-        y, top_i = self.moe(self.norm2(x))
-        return x + y, top_i
+        x = self.attn(self.norm1(x), x)  # (T, D)
+        return self.moe(self.norm2(x), x)
 
 
 class DeployMLiT(nn.Module):
-    """The exported classifier: images (B, 3, 36, 36) -> logits, plus per-layer expert choices when
+    """The exported classifier: images (B, 3, S, S) -> logits, plus per-layer expert choices when
     `probe` is set (each (B, N, K) int64), so a runtime's routing can be compared with PyTorch's."""
 
     def __init__(self, model: MLiT, probe: bool = False) -> None:
         super().__init__()
         self.cfg, self.probe = model.cfg, probe
         self.patch_embed, self.pos_embed = model.patch_embed, model.pos_embed
-        self.blocks = nn.ModuleList(StaticBlock(b) for b in model.blocks)
+        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens) for b in model.blocks)
         self.norm, self.head = model.norm, model.head
 
     def forward(self, imgs: Tensor):
+        N, D = self.cfg.num_tokens, self.cfg.dim
         x = self.patch_embed(imgs).flatten(2).transpose(1, 2)  # (B, N-1, D)
-        x = F.pad(x, (0, 0, 0, 1)) + self.pos_embed  # (B, N, D): the zero dummy patch, then positions
+        x = (F.pad(x, (0, 0, 0, 1)) + self.pos_embed).reshape(-1, D)  # (T, D): the zero dummy patch, positions
         routes = []
         for blk in self.blocks:
             x, top_i = blk(x)
-            routes.append(top_i.view(x.shape[0], x.shape[1], -1))  # (B, N, K)
-        logits = self.head(self.norm(x)[:, -1])
+            routes.append(top_i.view(-1, N, top_i.shape[-1]))  # (B, N, K)
+        logits = self.head(self.norm(x.view(-1, N, D)[:, -1]))  # LN is per token: only the dummy's is read
         return (logits, *routes) if self.probe else logits
 
 

@@ -1,12 +1,23 @@
 """Grouped-query attention: H query heads in G groups, each group sharing one key and value head.
 
 GQA-1 is multi-query attention, GQA-H is multi-head attention. [paper] no bias on any projection.
+[ours] Q, K and V come from one fused projection, and PyTorch's attention kernel reads each group's
+key/value head for its H/G query heads itself (`enable_gqa`), so repeated K/V heads are never
+materialised; both are exactly the paper's separate projections and repeated heads.
 Letters: B batch, N tokens, D embedding size, H query heads, G key/value heads, C head size.
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def _fuse_qkv_keys(state_dict: dict, prefix: str, *args) -> None:
+    """Checkpoints written before the projections were fused hold q, k and v apart: join them."""
+    names = [f"{prefix}{p}.weight" for p in ("q", "k", "v")]
+    if all(n in state_dict for n in names):
+        state_dict[f"{prefix}qkv.weight"] = torch.cat([state_dict.pop(n) for n in names])
 
 
 class Attention(nn.Module):
@@ -17,21 +28,26 @@ class Attention(nn.Module):
         if dim % heads or heads % groups:
             raise ValueError(f"need heads | dim and groups | heads, got dim={dim} heads={heads} groups={groups}")
         self.heads, self.groups, self.head_dim = heads, groups, dim // heads
-        self.q = nn.Linear(dim, dim, bias=False)
-        self.k = nn.Linear(dim, groups * self.head_dim, bias=False)
-        self.v = nn.Linear(dim, groups * self.head_dim, bias=False)
+        # rows: the H query heads, then the G key heads, then the G value heads (C rows each); the
+        # same fan-in, so the same init as three separate nn.Linear
+        self.qkv = nn.Linear(dim, (heads + 2 * groups) * self.head_dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
         self.attn_dropout = attn_dropout
+        self._register_load_state_dict_pre_hook(_fuse_qkv_keys)
+
+    def split_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The query (H*C, D), key (G*C, D) and value (G*C, D) projection weights."""
+        C = self.head_dim
+        return self.qkv.weight.split([self.heads * C, self.groups * C, self.groups * C])
 
     def forward(self, x: Tensor) -> Tensor:
         B, N, D = x.shape
         H, G, C = self.heads, self.groups, self.head_dim
-        q = self.q(x).view(B, N, H, C).transpose(1, 2)  # (B, H, N, C)
-        k = self.k(x).view(B, N, G, C).transpose(1, 2)  # (B, G, N, C)
-        v = self.v(x).view(B, N, G, C).transpose(1, 2)  # (B, G, N, C)
-        # Query head h reads key/value head h // (H/G): consecutive heads form a group.
-        k = k.repeat_interleave(H // G, dim=1)  # (B, H, N, C)
-        v = v.repeat_interleave(H // G, dim=1)  # (B, H, N, C)
+        q, k, v = self.qkv(x).split([H * C, G * C, G * C], dim=-1)  # (B, N, H*C), (B, N, G*C) x2
+        q = q.view(B, N, H, C).transpose(1, 2)  # (B, H, N, C)
+        k = k.view(B, N, G, C).transpose(1, 2)  # (B, G, N, C)
+        v = v.view(B, N, G, C).transpose(1, 2)  # (B, G, N, C)
         drop = self.attn_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, N, C)
+        # query head h reads key/value head h // (H/G): consecutive heads form a group
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, enable_gqa=G != H)  # (B, H, N, C)
         return self.proj(out.transpose(1, 2).reshape(B, N, D))  # (B, N, D)

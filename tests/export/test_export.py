@@ -18,7 +18,7 @@ from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.engine.check import check, trt_build  # noqa: E402
 from mlit_edge.export.graph_check import DENIED, static_checks  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from mlit_edge.model.mlit import create_model  # noqa: E402
+from mlit_edge.model.mlit import MLiT, create_model  # noqa: E402
 from mlit_edge.export.calibration import Recipe  # noqa: E402
 from mlit_edge.export.precision import router_nodes, to_fp16, to_int8  # noqa: E402
 from mlit_edge.export.variants import make_variant  # noqa: E402
@@ -206,3 +206,31 @@ def test_export_refuses_checkpoint_of_another_size(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "export", "--checkpoint", str(tmp_path / "c.pt"),
                            "--size", "s", "--out", str(tmp_path / "m.onnx")], capture_output=True, text=True)
     assert proc.returncode != 0 and "not S" in proc.stderr and not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("shared", [(), ("w",), ("v",), ("w2",), ("w", "v"), ("w", "w2"), ("v", "w2"), ("w", "v", "w2")])
+def test_deploy_form_is_exact_for_every_sharing_arrangement(tiny_cfg, shared):
+    from mlit_edge.model.config import MLiTConfig
+
+    model = MLiT(MLiTConfig(**{**tiny_cfg.__dict__, "shared": shared})).eval()
+    x = torch.randn(3, 3, tiny_cfg.img_size, tiny_cfg.img_size)
+    with torch.no_grad():
+        ref, aux = model(x, return_aux=True, sparse=True)  # the per-expert dispatch reference
+        logits, *routes = to_deploy(model, probe=True)(x)
+    assert (logits - ref).abs().max() <= 1e-5
+    assert all(torch.equal(a, b) for a, b in zip(aux.experts, routes))
+
+
+@pytest.mark.parametrize("batch", [None, 4])
+def test_deploy_graph_is_lean_and_free_of_shape_arithmetic(exported, tmp_path, batch):
+    from mlit_edge.export.graph_check import nodes_per_layer
+
+    model, path = exported
+    if batch:  # a fixed batch: the same graph with static shapes
+        path = tmp_path / "static.onnx"
+        export_onnx(model, path, load_for_export(None, "xxs", 10)[1], batch=batch)
+    graph = onnx.load(str(path))
+    ops = {n.op_type for n in graph.graph.node}
+    assert not ops & {"Shape", "Concat", "Expand", "Range", "ConstantOfShape", "Where"}
+    per_layer = nodes_per_layer(graph)
+    assert len(per_layer) == model.cfg.depth and max(per_layer) <= 30 + (2 if "experts_0" in str(graph.graph.output) else 0)

@@ -12,7 +12,7 @@ def test_gqa_with_g_equal_h_matches_pytorch_multihead_attention():
     attn = Attention(D, H, groups=H).eval()
     mha = nn.MultiheadAttention(D, H, bias=False, batch_first=True).eval()
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([attn.q.weight, attn.k.weight, attn.v.weight]))
+        mha.in_proj_weight.copy_(attn.qkv.weight)  # G = H: the fused rows are q, k, v as MHA stacks them
         mha.out_proj.weight.copy_(attn.proj.weight)
     x = torch.randn(3, 10, D)
     expected, _ = mha(x, x, x, need_weights=False)
@@ -22,7 +22,8 @@ def test_gqa_with_g_equal_h_matches_pytorch_multihead_attention():
 def reference_gqa(attn: Attention, x: torch.Tensor) -> torch.Tensor:
     """Loops over query heads; head h reads key/value head h // (H / G)."""
     H, G, C = attn.heads, attn.groups, attn.head_dim
-    q, k, v = attn.q(x), attn.k(x), attn.v(x)
+    wq, wk, wv = attn.split_weights()
+    q, k, v = x @ wq.t(), x @ wk.t(), x @ wv.t()
     outs = []
     for h in range(H):
         g = h // (H // G)
@@ -41,8 +42,20 @@ def test_gqa_matches_loop_reference(groups):
 
 def test_mqa_has_one_kv_head_and_no_biases():
     attn = Attention(36, 6, 1)
-    assert attn.k.weight.shape == (6, 36) and attn.v.weight.shape == (6, 36)
-    assert all(m.bias is None for m in (attn.q, attn.k, attn.v, attn.proj))
+    wq, wk, wv = attn.split_weights()
+    assert wq.shape == (36, 36) and wk.shape == (6, 36) and wv.shape == (6, 36)
+    assert attn.qkv.bias is None and attn.proj.bias is None
+
+
+def test_a_checkpoint_with_separate_q_k_v_loads_into_the_fused_projection():
+    """Checkpoints written before the projections were fused still load, and compute the same."""
+    attn = Attention(36, 6, 3).eval()
+    wq, wk, wv = (w.clone() for w in attn.split_weights())
+    old = {"q.weight": wq, "k.weight": wk, "v.weight": wv, "proj.weight": attn.proj.weight.clone()}
+    again = Attention(36, 6, 3).eval()
+    again.load_state_dict(old)
+    x = torch.randn(2, 7, 36)
+    assert torch.equal(again(x), attn(x))
 
 
 def test_groups_must_divide_heads():
