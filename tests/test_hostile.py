@@ -214,7 +214,7 @@ def test_concurrent_builds_into_one_folder_both_finish(trained_checkpoint, tmp_p
     results = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [r[1][-1500:] for r in results]
     assert "waiting for another mlit-edge process" in results[0][1] + results[1][1]
-    for p in ("fp32", "fp16", "int8"):
+    for p in ("fp32", "fp16", "int8-ort"):
         read_sidecar(out / f"mlit-xxs-custom-{p}.onnx")
     assert not list(out.glob(".*"))
 

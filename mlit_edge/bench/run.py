@@ -218,8 +218,16 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
     content = content if content is not None else path.read_bytes()
     before, nv_before = rss_mb(), nvmap_mb()
     runner, record = open_artifact(path, cfg.runner_options(), content)
-    runner.open()
     notes = [] if record or runner.name == "torch" else [f"{path.name} has no sidecar: provenance unknown"]
+    if runner.name == "onnxruntime":
+        from ..runtime.schema import check_runtime
+
+        if ORT_PROVIDERS["tensorrt"] in (cfg.providers or ()):
+            check_runtime(record, "tensorrt", path)
+        elif record.get("runtime") == "tensorrt":
+            notes.append("QDQ made for TensorRT: ONNX Runtime measures its accuracy; its CPU latency says nothing "
+                         "of TensorRT's (the ONNX Runtime INT8 is the -int8-ort build)")
+    runner.open()
     precision = record.get("precision") or (_onnx_precision(content) if runner.name == "onnxruntime" else "?")
     device_mb = None
     if runner.device_memory_bytes is not None:  # a GPU runner; on Jetson NvMap tells what it really mapped

@@ -40,7 +40,7 @@ def export(**kw) -> None:
 
     Each .onnx gets a .onnx.json sidecar with its provenance.
     """
-    from ..export.variants import ExportRequest, run_export
+    from ..export.command import ExportRequest, run_export
 
     run_export(ExportRequest(**kw), log=click.echo)
 

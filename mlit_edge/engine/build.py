@@ -8,7 +8,6 @@ with everything measured, so a killed build leaves no partial artifact under a f
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Callable
 
 from ..export import DEFAULT_OPSET, OPSETS, PRECISIONS
 from ..export.calibration import MIN_EXPERT_TOKENS
-from ..runtime.artifact import BATCH_PROFILE
+from ..runtime.artifact import BATCH_PROFILE, torch_available
 from ..runtime.sidecar import read_sidecar, user_fields
 from ..runtime.trt_env import import_trt, local_env
 from . import FRONTENDS, TARGETS
@@ -113,14 +112,6 @@ def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None
     return "tensorrt", None
 
 
-def _has_torch() -> bool:
-    """Datasets load through torch; a device installs the runtime without it."""
-    try:
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def _reusable(fp32: Path, info: dict, req: BuildRequest) -> bool:
     """An fp32 export already in place from the same checkpoint, opset, batch and mlit-edge version."""
     from .. import __version__
@@ -154,14 +145,14 @@ def _source_precision(path: Path) -> tuple[str, dict]:
                                            "model": info.get("model"), "precision": info.get("precision", "fp32")}
 
 
-def _plan_outputs(req: BuildRequest, out: Path, stem: str, src_precision: str, target: str) -> list[Path]:
+def _plan_outputs(req: BuildRequest, out: Path, stem: str, src_precision: str, runtime: str) -> list[Path]:
     """Every artifact this build will write, so that none of them is replaced by accident."""
     from ..export.variants import artifact_name
 
     paths = [] if req.onnx else [out / artifact_name(stem, "fp32")]
     if req.precision != src_precision:
-        paths.append(out / artifact_name(stem, req.precision))
-    if target != "onnxruntime":
+        paths.append(out / artifact_name(stem, req.precision, runtime=runtime))
+    if runtime == "tensorrt":
         paths.append(out / artifact_name(stem, req.precision, ".plan"))
     return paths
 
@@ -175,10 +166,15 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
     """
     from ..export.variants import artifact_name, artifact_stem
     from ..runtime.outputs import guard_replace, output_folder
+    from ..runtime.schema import check_runtime
 
     target, note = resolve_target(req.target, req.frontend)
+    runtime = "onnxruntime" if target == "onnxruntime" else "tensorrt"
     if note:
         log(note)
+    if req.precision == "fp16" and runtime == "onnxruntime":
+        log("note: fp16 is not a speed format on a CPU: ONNX Runtime runs it through inserted Casts, no faster "
+            "than fp32; it is built for TensorRT on the GPU (and to measure its accuracy here)")
     if req.frontend == "torch-tensorrt":
         from .torch_trt import require_torch_tensorrt
 
@@ -190,6 +186,7 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
         if not src.is_file():
             raise FileNotFoundError(f"--onnx {src} does not exist")
         src_precision, src_record = _source_precision(src)
+        check_runtime(src_record, runtime, src)
         size = (src_record.get("model") or {}).get("size")
     else:
         from ..export.source import load_for_export
@@ -200,14 +197,14 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
     if src_precision not in ("fp32", req.precision):
         raise ValueError(f"--onnx {req.onnx} is {src_precision}; it can only be built as {src_precision} "
                          f"(or pass the fp32 ONNX to make a {req.precision} one)")
-    if src_precision != req.precision and req.precision == "int8" and not _has_torch():
+    if src_precision != req.precision and req.precision == "int8" and runtime == "tensorrt" and not torch_available():
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
     if src_record.get("random_weights"):
         log(RANDOM_WARNING)
     stem = artifact_stem(req.onnx) if req.onnx else f"mlit-{size}"
     with output_folder(req.out, log) as out:
-        for path in _plan_outputs(req, out, stem, src_precision, target):
+        for path in _plan_outputs(req, out, stem, src_precision, runtime):
             guard_replace(path, src_record, req.force)
         # 1. the fp32 ONNX (or the given one)
         fp32 = Path(req.onnx) if req.onnx else out / artifact_name(stem, "fp32")
@@ -237,7 +234,8 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
             recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed,
                                     (src_record.get("preprocess") or {}).get("dataset"))
             variant = make_variant(fp32, req.precision, model, recipe, req.data_root, req.calib_cache,
-                                   req.min_expert_tokens, req.evaluate and _has_torch(), log, folder=out)
+                                   req.min_expert_tokens, req.evaluate and torch_available(), log, folder=out,
+                                   runtime=runtime)
             final, coverage, reused = variant.path, variant.coverage, variant.calibration_reused
         record = read_sidecar(final)
         notes = [note] if note else []

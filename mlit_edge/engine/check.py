@@ -27,7 +27,17 @@ def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0) -> dict:
 
 def check(path: str | Path, build: bool = True) -> Report:
     """Static checks, plus a real TensorRT parse and build where a TensorRT module imports."""
+    from ..runtime.schema import SidecarError, check_runtime
+    from ..runtime.sidecar import read_sidecar
+
     rep = static_checks(path)
+    try:
+        check_runtime(read_sidecar(path, verify_hash=False), "tensorrt", path)
+    except FileNotFoundError:
+        pass  # a foreign ONNX: the graph alone decides
+    except SidecarError as e:
+        rep.problems.append(str(e))
+        return rep
     trt = import_trt() if build else None
     if trt is None:
         rep.notes.append("no tensorrt / tensorrt_rtx installed: parse and build skipped "

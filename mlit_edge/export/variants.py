@@ -11,32 +11,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..runtime.artifact import torch_available
 from ..runtime.sidecar import publish, temporary_beside
-from . import DEFAULT_OPSET, OPSETS, PRECISIONS
+from . import PRECISIONS
 from .calibration import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
                           routing_coverage, write_manifest)
 
 HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
 
 
+FLAVOURS = {("int8", "onnxruntime"): "int8-ort"}  # precisions made differently for one runtime
+
+
 def artifact_stem(path: str | Path) -> str:
     """The model's name without format and precision: mlit-xxs-fp16.onnx -> mlit-xxs."""
     name = Path(path).name.removesuffix(".onnx")
-    for p in PRECISIONS:
-        name = name.removesuffix(f"-{p}")
+    for tag in (*FLAVOURS.values(), *PRECISIONS):
+        name = name.removesuffix(f"-{tag}")
     return name
 
 
-def artifact_name(stem: str, precision: str, suffix: str = ".onnx") -> str:
-    """The one naming rule of every artifact: STEM-PRECISION.SUFFIX, e.g. mlit-xxs-int8.plan."""
-    return f"{stem}-{precision}{suffix}"
+def artifact_name(stem: str, precision: str, suffix: str = ".onnx", runtime: str = "any") -> str:
+    """The one naming rule of every artifact: STEM-PRECISION[-FLAVOUR].SUFFIX, e.g. mlit-xxs-int8.plan,
+    or mlit-xxs-int8-ort.onnx for the INT8 graph made for ONNX Runtime's CPU kernels."""
+    return f"{stem}-{FLAVOURS.get((precision, runtime), precision)}{suffix}"
 
 
-def variant_path(src: str | Path, precision: str, folder: str | Path | None = None) -> Path:
+def variant_path(src: str | Path, precision: str, folder: str | Path | None = None, runtime: str = "any") -> Path:
     """Where the `precision` variant of `src` goes, beside it unless `folder` is given:
     mlit-xxs-fp32.onnx -> mlit-xxs-int8.onnx, model.onnx -> model-int8.onnx."""
     src = Path(src)
-    return Path(folder or src.parent) / artifact_name(artifact_stem(src), precision)
+    return Path(folder or src.parent) / artifact_name(artifact_stem(src), precision, runtime=runtime)
 
 
 def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root: str | Path = "data",
@@ -88,19 +93,31 @@ class Variant:
 def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | None = None,
                  data_root: str | Path = "data", cache_dir: str | Path | None = None,
                  min_expert_tokens: int = MIN_EXPERT_TOKENS, evaluate: bool = True,
-                 log: Callable[[str], None] = print, folder: str | Path | None = None) -> Variant:
+                 log: Callable[[str], None] = print, folder: str | Path | None = None,
+                 runtime: str = "tensorrt") -> Variant:
     """The fp16 or INT8 variant of the fp32 ONNX `src` (`variant_path`: beside it, or in `folder`), measured
-    and published with its sidecar. `model`: the PyTorch model to measure parity against (None on a device)."""
-    from .precision import to_fp16
+    and published with its sidecar. `model`: the PyTorch model to measure parity against (None on a device).
+    `runtime`: INT8 for "tensorrt" is QDQ in TensorRT's recipe; for "onnxruntime" it is the graph ONNX
+    Runtime's CPU kernels run fastest (`precision.to_int8_dynamic`)."""
+    from .precision import to_fp16, to_int8_dynamic
 
     if precision not in ("fp16", "int8"):
         raise ValueError(f"a variant is fp16 or int8, not {precision!r}")
-    src, final = Path(src), variant_path(src, precision, folder)
+    src, final = Path(src), variant_path(src, precision, folder, runtime)
     coverage = reused = None
     with temporary_beside(final) as tmp:
         if precision == "fp16":
             log(f"[2/4] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
             record = to_fp16(src, tmp)
+        elif runtime == "onnxruntime":
+            recipe = recipe or Recipe()
+            log(f"[2/4] int8 for ONNX Runtime {final}: int8 per-channel weights, activations quantized per call "
+                "(no calibration set needed)")
+            if torch_available():  # the routing report reads a dataset; a device without torch skips it
+                coverage = routing_coverage(src, calibration_set(recipe, data_root).images,
+                                            min_tokens=min_expert_tokens)
+                log(format_coverage(coverage))
+            record = to_int8_dynamic(src, tmp, coverage)
         else:
             recipe = recipe or Recipe()
             log(f"[2/4] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
@@ -116,64 +133,3 @@ def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | N
         record.update(measure(tmp, record, model, evaluate, data_root, log))
         record = publish(tmp, final, record)
     return Variant(final, record, coverage, reused)
-
-
-
-@dataclass(frozen=True)
-class ExportRequest:
-    """What `mlit-edge export` takes (the CLI's --help explains each field); validated here."""
-
-    checkpoint: str | None = None
-    size: str | None = None
-    num_classes: int = 10
-    out: str = "model.onnx"
-    opset: int = DEFAULT_OPSET
-    batch: int | None = None
-    probe: bool = False
-    precisions: tuple[str, ...] = ("fp32",)
-    calib_data: str | None = None
-    calib_n: int = 512
-    data_root: str = "data"
-    force: bool = False  # replace files of another source (checkpoint, random weights)
-
-    def __post_init__(self) -> None:
-        bad = [p for p in self.precisions if p not in PRECISIONS]
-        if bad or not self.precisions:
-            raise ValueError(f"--precision {','.join(self.precisions)!r}: choose from {', '.join(PRECISIONS)}")
-        if self.opset not in OPSETS:
-            raise ValueError(f"--opset {self.opset}: choose from {', '.join(map(str, OPSETS))}")
-        if self.batch is not None and self.batch < 1:
-            raise ValueError("--batch must be at least 1")
-        if not self.out.endswith(".onnx"):
-            raise ValueError(f"--out {self.out}: the fp32 export's name must end in .onnx")
-
-
-def run_export(req: ExportRequest, log: Callable[[str], None] = print) -> list[Path]:
-    """The fp32 export, checked against PyTorch, and the variants asked for beside it; returns their paths."""
-    from ..runtime.outputs import guard_replace, output_folder
-    from .calibration import resolve_recipe
-    from .onnx_export import export_onnx
-    from .source import load_for_export
-
-    out = Path(req.out)
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    model, info = load_for_export(req.checkpoint, req.size, req.num_classes)
-    if info["random_weights"]:
-        log("warning: no --checkpoint, the weights are RANDOM: fine for latency, meaningless for accuracy")
-    variants = [p for p in ("fp16", "int8") if p in req.precisions]
-    with output_folder(out.parent, log):
-        for path in [out] + [variant_path(out, p) for p in variants]:
-            guard_replace(path, info, req.force)
-        rec = export_onnx(model, out, info, opset=req.opset, batch=req.batch, probe=req.probe)
-        log(f"{out}: fp32, opset {req.opset}, batch {rec['batch']}, ONNX Runtime vs PyTorch max abs error "
-            f"{rec['parity']['max_abs_err']:.2e}")
-        paths = [out]
-        recipe = resolve_recipe(req.calib_data, req.calib_n, 0, info["preprocess"]["dataset"])
-        for precision in variants:
-            variant = make_variant(out, precision, model, recipe, req.data_root, log=log)
-            parity = variant.record["parity"]
-            log(f"{variant.path}: {precision}; vs PyTorch on {parity['images']} held-out images: top-1 agreement "
-                f"{parity['top1_agreement']:.4f}, max abs error {parity['max_abs_err']:.2e}")
-            paths.append(variant.path)
-    return paths

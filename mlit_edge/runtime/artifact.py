@@ -47,6 +47,16 @@ class RunnerOptions:
     require_sidecar: bool = True  # False: an ONNX without one opens with an empty record (bench)
 
 
+def torch_available() -> bool:
+    """Whether torch is installed: datasets and checkpoints need it, a device's runtime does not."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def artifact_format(path: str | Path) -> Format:
     """The format of `path` by its suffix; a one-line error for anything else."""
     suffix = Path(path).suffix.lower()

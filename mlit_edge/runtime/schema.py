@@ -13,6 +13,7 @@ from .runners import Runner
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
 PRECISIONS = ("fp32", "fp16", "int8")
+RUNTIMES = ("any", "tensorrt", "onnxruntime")  # what an artifact's graph was made for
 
 
 class SidecarError(ValueError):
@@ -54,6 +55,17 @@ def check_record(record: dict, path: str | Path) -> None:
             raise bad("batch", batch, '"dynamic" or a positive integer')
     if "precision" in record and record["precision"] not in PRECISIONS:
         raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
+    if "runtime" in record and record["runtime"] not in RUNTIMES:
+        raise bad("runtime", record["runtime"], f"one of {', '.join(RUNTIMES)}")
+
+
+def check_runtime(record: dict, runtime: str, path: str | Path) -> None:
+    """Refuse, in one line, to hand an artifact made for one runtime to another (an INT8 graph tuned
+    for ONNX Runtime's CPU kernels is not TensorRT's QDQ recipe)."""
+    made_for = record.get("runtime", "any")
+    if made_for not in ("any", runtime):
+        raise SidecarError(f"{Path(path).name} was made for {made_for}, not {runtime}; build the {runtime} "
+                           f"artifact from the fp32 ONNX or the checkpoint: mlit-edge build ... --target {runtime}")
 
 
 def classifier_fields(record: dict, path: str | Path) -> None:

@@ -375,3 +375,32 @@ def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(train
         assert record["parity"]["images"] == 1000 and 0.9 <= record["parity"]["top1_agreement"] <= 1.0
         assert record["accuracy"]["images"] == 1000 and record["accuracy"]["top1"] > 0.5
     assert not list(tmp_path.glob(".*"))  # no temporary or pending file left behind
+
+
+def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(trained_checkpoint, tmp_path):
+    """`--target onnxruntime --precision int8` makes the graph ONNX Runtime runs fastest (integer matmuls,
+    router in float); its sidecar names the runtime, and the TensorRT paths refuse it in one line."""
+    from mlit_edge.engine.build import BuildRequest, run_build
+    from mlit_edge.export.precision import router_nodes
+
+    model, ckpt = trained_checkpoint
+    result = run_build(BuildRequest(precision="int8", checkpoint=str(ckpt), target="onnxruntime", out=str(tmp_path),
+                                    calib_n=64), log=lambda _: None)
+    art = result.artifact
+    record = read_sidecar(art)
+    assert art.name == "mlit-xxs-custom-int8-ort.onnx" and record["runtime"] == "onnxruntime"
+    assert record["quantization"]["mode"] == "dynamic" and record["quantization"]["coverage"]["tokens"]
+    assert record["parity"]["top1_agreement"] >= 0.95 and abs(record["accuracy"]["top1"] - 0.0) > 0.5
+    graph = onnx.load(str(art)).graph
+    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in graph.node}
+    routers = router_nodes(onnx.load(str(tmp_path / "mlit-xxs-custom-fp32.onnx")))
+    producers = {o: n.op_type for n in graph.node for o in n.output}
+    weights = {t.name for t in graph.initializer}
+    gates = [n for n in graph.node if n.name in routers and n.op_type == "MatMul" and n.input[1] in weights]
+    assert gates and all(producers[n.input[0]] == "LayerNormalization" for n in gates)  # float in, float out
+    for args in (["build", "--onnx", art, "--target", "tensorrt-rtx", "--out", tmp_path / "trt"],
+                 ["check", art, "--no-build"]):
+        proc = cli(*args, check=False)
+        assert proc.returncode == 1 and "made for onnxruntime, not tensorrt" in proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "trt").exists()

@@ -1,0 +1,156 @@
+"""Training-step throughput of mLiT, side by side in one run: the previous release against today's.
+
+Every variant is the same model with the same weights and the same batch:
+- "before": attention as the previous release computed it (three projections, K/V heads repeated
+  with repeat_interleave, then PyTorch's attention kernel), dense MoE;
+- "after": today's model (one fused QKV projection, `enable_gqa`, no repeated heads);
+- "after, torch.compile" (with --compile): today's model through torch.compile;
+- "per-expert dispatch": today's model with the reference MoE that gathers each expert's tokens.
+Rounds alternate between the variants so that machine noise hits them alike; the report is images
+per second and the ratio to "before". The MoE layer alone is timed the same way (dense vs dispatch).
+
+    python benchmarks/train_throughput.py --size xxs --batch 32 [--compile]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mlit_edge.model.mlit import create_model
+from mlit_edge.model.moe import MoE
+
+
+class RepeatedKVAttention(nn.Module):
+    """The previous release's attention: separate q, k, v projections and K/V heads repeated."""
+
+    def __init__(self, attn) -> None:
+        super().__init__()
+        self.heads, self.groups, self.head_dim = attn.heads, attn.groups, attn.head_dim
+        wq, wk, wv = (w.detach().clone() for w in attn.split_weights())
+        self.q, self.k, self.v = (nn.Linear(w.shape[1], w.shape[0], bias=False) for w in (wq, wk, wv))
+        with torch.no_grad():
+            for lin, w in zip((self.q, self.k, self.v), (wq, wk, wv)):
+                lin.weight.copy_(w)
+        self.proj = copy.deepcopy(attn.proj)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        H, G, C = self.heads, self.groups, self.head_dim
+        q = self.q(x).view(B, N, H, C).transpose(1, 2)
+        k = self.k(x).view(B, N, G, C).transpose(1, 2).repeat_interleave(H // G, dim=1)
+        v = self.v(x).view(B, N, G, C).transpose(1, 2).repeat_interleave(H // G, dim=1)
+        return self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, N, D))
+
+
+def before(model: nn.Module) -> nn.Module:
+    old = copy.deepcopy(model)
+    for blk in old.blocks:
+        blk.attn = RepeatedKVAttention(blk.attn)
+    return old
+
+
+def step_time(model, opt, x, y, sparse: bool) -> float:
+    start = time.perf_counter()
+    logits, aux = model(x, return_aux=True, sparse=sparse)
+    loss = F.cross_entropy(logits, y) + aux.loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return time.perf_counter() - start
+
+
+def layer_step_time(moe: MoE, x: torch.Tensor, sparse: bool) -> float:
+    """Forward and backward of one MoE layer alone (training mode, noisy gate)."""
+    start = time.perf_counter()
+    y, routing = moe(x, sparse=sparse)
+    (y.square().mean() + routing.loss).backward()
+    return time.perf_counter() - start
+
+
+def bench_layers(cfg, batch: int, rounds: int, steps: int, device) -> list[dict]:
+    """The MoE layers of the model alone, one per expert count (3, 4, 5), side by side."""
+    rows, seen = [], set()
+    for hidden, experts in zip(cfg.hidden_sizes(), cfg.experts_per_layer()):
+        if experts in seen:
+            continue
+        seen.add(experts)
+        moe = MoE(cfg.dim, hidden, experts, cfg.top_k, cfg.shared).to(device).train()
+        x = torch.randn(batch, cfg.num_tokens, cfg.dim, device=device)
+        times = {False: [], True: []}
+        for sparse in (False, True):
+            layer_step_time(moe, x, sparse)
+        for _ in range(rounds):
+            for sparse in (False, True):
+                times[sparse] += [layer_step_time(moe, x, sparse) for _ in range(steps)]
+        dense_t, sparse_t = statistics.median(times[False]), statistics.median(times[True])
+        rows.append({"hidden": hidden, "experts": experts, "dense_ms": dense_t * 1e3, "dispatch_ms": sparse_t * 1e3,
+                     "speedup": sparse_t / dense_t})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="xxs")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per round")
+    ap.add_argument("--compile", action="store_true", help="also time today's model through torch.compile")
+    ap.add_argument("--no-layers", action="store_true", help="skip the MoE-layer-alone section")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    base = create_model(args.size, num_classes=10).to(device).train()
+    models = {"before": before(base), "after": copy.deepcopy(base), "per-expert dispatch": copy.deepcopy(base)}
+    calls = {name: m for name, m in models.items()}
+    if args.compile:
+        models["after, torch.compile"] = copy.deepcopy(base)
+        calls["after, torch.compile"] = torch.compile(models["after, torch.compile"])
+    sparse = {name: name == "per-expert dispatch" for name in models}
+    opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
+    x = torch.randn(args.batch, 3, 36, 36, device=device)
+    y = torch.randint(0, 10, (args.batch,), device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for name in models:  # warm-up (and compilation)
+        for _ in range(2):
+            step_time(calls[name], opts[name], x, y, sparse[name])
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(args.rounds):
+        for name in models:
+            sync()
+            for _ in range(args.steps):
+                times[name].append(step_time(calls[name], opts[name], x, y, sparse[name]))
+            sync()
+    rows = {name: {"median_step_s": statistics.median(t), "img_per_s": args.batch / statistics.median(t)}
+            for name, t in times.items()}
+    ref = rows["before"]["img_per_s"]
+    print(f"mLiT-{args.size.upper()} training step, batch {args.batch}, {device}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, {args.rounds}x{args.steps} steps each (median)")
+    for name, r in rows.items():
+        print(f"  {name:<24} {r['img_per_s']:8.1f} img/s   {r['median_step_s'] * 1e3:8.1f} ms/step   "
+              f"{r['img_per_s'] / ref:5.2f}x before")
+    layers = [] if args.no_layers else bench_layers(base.cfg, args.batch, args.rounds, args.steps, device)
+    if layers:
+        print(f"MoE layer alone (forward + backward, {args.batch}x{base.cfg.num_tokens} tokens, median)")
+    for r in layers:
+        print(f"  hidden {r['hidden']:>3}, {r['experts']} experts: dense {r['dense_ms']:7.1f} ms, per-expert dispatch "
+              f"{r['dispatch_ms']:7.1f} ms, speed-up {r['speedup']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"size": args.size, "batch": args.batch, "device": str(device), "torch": torch.__version__,
+                       "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                       "results": rows, "layers": layers}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
