@@ -1,8 +1,9 @@
 """Training-step throughput of mLiT, side by side in one run: the previous release against today's.
 
 Every variant is the same model with the same weights and the same batch:
-- "before": attention as the previous release computed it (three projections, K/V heads repeated
-  with repeat_interleave, then PyTorch's attention kernel), dense MoE;
+- "before": the previous release's computation: three attention projections, K/V heads repeated
+  with repeat_interleave, then PyTorch's attention kernel; the dense MoE with W and V as two
+  matmuls and the gates applied after the shared V;
 - "after": today's model (one fused QKV projection, `enable_gqa`, no repeated heads);
 - "after, torch.compile" (with --compile): today's model through torch.compile;
 - "per-expert dispatch": today's model with the reference MoE that gathers each expert's tokens.
@@ -19,6 +20,7 @@ import json
 import platform
 import statistics
 import time
+import types
 
 import torch
 import torch.nn.functional as F
@@ -50,10 +52,21 @@ class RepeatedKVAttention(nn.Module):
         return self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, N, D))
 
 
+def previous_experts_forward(self, x, gates):
+    """The previous release's SwiGLUExperts.forward (for the paper's sharing: V and W2 shared)."""
+    def in_proj(weight, bias):
+        n = weight.shape[1]
+        return (x @ weight.reshape(self.dim, n * self.hidden) + bias.reshape(-1)).view(-1, n, self.hidden)
+
+    z = F.silu(in_proj(self.w, self.b)) * in_proj(self.v, self.c)  # (T, E, H)
+    return (gates.unsqueeze(1) @ z).squeeze(1) @ self.w2[0] + self.d[0]
+
+
 def before(model: nn.Module) -> nn.Module:
     old = copy.deepcopy(model)
     for blk in old.blocks:
         blk.attn = RepeatedKVAttention(blk.attn)
+        blk.moe.experts.forward = types.MethodType(previous_experts_forward, blk.moe.experts)
     return old
 
 
@@ -111,6 +124,8 @@ def main() -> None:
     torch.manual_seed(0)
     device = torch.device(args.device)
     base = create_model(args.size, num_classes=10).to(device).train()
+    if base.cfg.shared != ("v", "w2"):
+        raise SystemExit("the previous release's MoE is reproduced for the paper's sharing (V and W2) only")
     models = {"before": before(base), "after": copy.deepcopy(base), "per-expert dispatch": copy.deepcopy(base)}
     calls = {name: m for name, m in models.items()}
     if args.compile:

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..model.attention import Attention
 from ..model.mlit import MLiT
-from ..model.moe import MoE
+from ..model.moe import MoE, mix_experts
 
 
 @torch.library.custom_op("mlit_edge::one_hot", mutates_args=())
@@ -89,8 +89,8 @@ class StaticMoE(nn.Module):
         D, self.F, self.E, self.k = ex.dim, ex.hidden, ex.experts, moe.gate.k
         self.n_w, self.n_v, self.n_w2 = ex.w.shape[1], ex.v.shape[1], ex.w2.shape[0]
         self.w_gate = _frozen(moe.gate.w_gate.weight.t())  # (D, E)
-        self.w_in = _frozen(torch.cat([ex.w.reshape(D, -1), ex.v.reshape(D, -1)], dim=1))  # (D, (n_w+n_v)*F)
-        self.b_in = _frozen(torch.cat([ex.b.reshape(-1), ex.c.reshape(-1)]))
+        w_in, b_in = ex.in_proj()
+        self.w_in, self.b_in = _frozen(w_in), _frozen(b_in)  # (D, (n_w+n_v)*F), one Gemm
         self.w2 = _frozen(ex.w2.reshape(-1, D))  # (n_w2*F, D)
         self.d = _frozen(ex.d if self.n_w2 > 1 else ex.d[0])  # (E, D) or (D,)
 
@@ -100,15 +100,8 @@ class StaticMoE(nn.Module):
         gates = top_v.softmax(dim=-1).unsqueeze(1) @ one_hot(top_i, E)  # (T, 1, E), k non-zeros
         a, u = torch.addmm(self.b_in, h, self.w_in).view(-1, self.n_w + self.n_v, Fh).split(
             [self.n_w, self.n_v], dim=1)  # (T, n_w, F), (T, n_v, F)
-        if self.n_w2 == 1:
-            if self.n_w == E and self.n_v == 1:  # the paper's sharing: mix the W branch, then the shared V
-                z = (gates @ F.silu(a)) * u  # (T, 1, F)
-            elif self.n_w == 1 and self.n_v == E:
-                z = F.silu(a) * (gates @ u)
-            elif self.n_w == 1:  # all shared: the gates sum to 1
-                z = F.silu(a) * u
-            else:
-                z = gates @ (F.silu(a) * u)
+        if self.n_w2 == 1:  # the paper's sharing mixes the W branch, then multiplies the shared V once
+            z = mix_experts(a, u, gates)  # (T, 1, F)
             return torch.addmm(self.d, z.view(-1, Fh), self.w2) + residual, top_i  # (T, D)
         z = gates.transpose(1, 2) * (F.silu(a) * u)  # (T, E, F): each expert's term, weighted
         return torch.addmm(gates.view(-1, E) @ self.d, z.view(-1, E * Fh), self.w2) + residual, top_i

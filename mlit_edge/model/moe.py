@@ -18,6 +18,20 @@ from torch import Tensor, nn
 from .gating import NoisyTopKGate, Routing
 
 
+def mix_experts(a: Tensor, u: Tensor, gates: Tensor) -> Tensor:
+    """sum_e g_e * silu(a_e) * u_e for a (T, n_w, H), u (T, n_v, H), gates (T, 1, E), where a branch with
+    one entry is shared by all experts; returns (T, 1, H). Exact because a token's gates sum to 1: a
+    shared branch comes out of the sum, so the paper's shared V multiplies once, after the mixing."""
+    experts, n_w, n_v = gates.shape[-1], a.shape[1], u.shape[1]
+    if n_w == experts and n_v == 1:  # the paper's sharing
+        return (gates @ F.silu(a)) * u
+    if n_w == 1 and n_v == experts:
+        return F.silu(a) * (gates @ u)
+    if n_w == 1:  # both shared
+        return F.silu(a) * u
+    return gates @ (F.silu(a) * u)  # both per expert
+
+
 def _linear_init_(weight: Tensor, bias: Tensor, fan_in: int) -> None:
     """PyTorch's default nn.Linear init (the paper keeps PyTorch defaults): U(-1/sqrt(fan_in), +)."""
     bound = 1.0 / math.sqrt(fan_in)
@@ -48,22 +62,24 @@ class SwiGLUExperts(nn.Module):
         for e in range(n_w2):
             _linear_init_(self.w2[e].data, self.d[e].data, hidden)
 
-    def _in_proj(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        n = weight.shape[1]
-        return (x @ weight.reshape(self.dim, n * self.hidden) + bias.reshape(-1)).view(-1, n, self.hidden)
+    def in_proj(self) -> tuple[Tensor, Tensor]:
+        """Every expert's W and V side by side, (M, (n_w + n_v) * H), and their biases: one matmul."""
+        return (torch.cat([self.w.reshape(self.dim, -1), self.v.reshape(self.dim, -1)], dim=1),
+                torch.cat([self.b.reshape(-1), self.c.reshape(-1)]))
 
     def forward(self, x: Tensor, gates: Tensor) -> Tensor:
         """sum_e g_e * expert_e(x) for x (T, M) and gates (T, E) with rows summing to 1.
 
-        All experts' W run as one matmul; a shared V or W2 runs once for all experts. With W2
+        All experts' W and V run as one matmul; a shared V or W2 runs once for all experts. With W2
         shared, sum_e g_e (z_e W2 + d) = (sum_e g_e z_e) W2 + d because the gates sum to 1.
         """
-        z = F.silu(self._in_proj(x, self.w, self.b)) * self._in_proj(x, self.v, self.c)  # (T, E|1, H)
-        if self.w2.shape[0] == 1:
-            # (T, 1, E) @ (T, E, H): a batched MatMul, which every exporter and TensorRT take as is
-            mixed = z[:, 0] if z.shape[1] == 1 else (gates.unsqueeze(1) @ z).squeeze(1)  # (T, H)
-            return mixed @ self.w2[0] + self.d[0]
-        z = gates.unsqueeze(-1) * z.expand(-1, self.experts, -1)  # (T, E, H)
+        n_w, n_w2 = self.w.shape[1], self.w2.shape[0]
+        weight, bias = self.in_proj()
+        a, u = torch.addmm(bias, x, weight).view(-1, n_w + self.v.shape[1], self.hidden).split(
+            [n_w, self.v.shape[1]], dim=1)  # (T, n_w, H), (T, n_v, H)
+        if n_w2 == 1:
+            return mix_experts(a, u, gates.unsqueeze(1)).squeeze(1) @ self.w2[0] + self.d[0]
+        z = gates.unsqueeze(-1) * (F.silu(a) * u)  # (T, E, H): each expert's term, weighted
         return z.reshape(-1, self.experts * self.hidden) @ self.w2.view(-1, self.dim) + gates @ self.d
 
     def expert(self, x: Tensor, e: int) -> Tensor:
