@@ -1,6 +1,6 @@
 """How an artifact's outputs compare with the PyTorch reference's on the same preprocessed images:
 top-1 of both, prediction agreement, max/mean abs logit error, cosine similarity, and per-layer
-routing agreement (the share of tokens whose top-k expert set equals the reference's)."""
+routing agreement (`runtime.runners.routing_agreement`, which the build uses too)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,16 +20,4 @@ def fidelity(logits: np.ndarray, ref: np.ndarray, labels: np.ndarray | None = No
         out["top1"] = float((logits.argmax(1) == labels).mean())
         out["top1_reference"] = float((ref.argmax(1) == labels).mean())
         out["top1_delta"] = out["top1"] - out["top1_reference"]
-    return out
-
-
-def routing_agreement(routes: list[np.ndarray], ref_routes: list[np.ndarray]) -> list[float]:
-    """Per layer: the share of tokens whose set of top-k experts equals the reference's."""
-    if len(routes) != len(ref_routes):
-        raise ValueError(f"{len(routes)} routed layers vs {len(ref_routes)} in the reference")
-    out = []
-    for got, want in zip(routes, ref_routes):
-        k = got.shape[-1]
-        g, w = np.sort(got.reshape(-1, k), axis=1), np.sort(want.reshape(-1, k), axis=1)
-        out.append(float(np.all(g == w, axis=1).mean()))
     return out

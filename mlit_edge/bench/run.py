@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from ..runtime.artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
-from .fidelity import fidelity, routing_agreement
+from ..runtime.runners import routing_agreement
+from .fidelity import fidelity
 from .host import environment, nvmap_mb, peak_rss_mb, rss_mb
 from .stats import harness_overhead, time_runner
 

@@ -5,7 +5,8 @@ import json
 
 import click
 
-from .common import SIZE, log, parse_set, int_list, user_errors
+from ..model.config import GATINGS
+from .common import SIZE, int_list, log, parse_set, user_errors
 
 @click.command()
 @SIZE
@@ -56,6 +57,9 @@ def training_options(fn):
         click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint."),
         click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
                      help="Override a model config field, e.g. --set top_k=1 --set shared=w,w2. Repeatable."),
+        click.option("--gating", default=None, type=click.Choice(sorted(GATINGS)),
+                     help="A named gating of the routing ablation (README, 'Routing health') [default: the "
+                          "config's]; --set fields win over it."),
         click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
                      help="Evaluate on the test split every N epochs (and after the last)."),
         click.option("--progress/--no-progress", default=True, help="Progress bars (--no-progress: log lines only)."),

@@ -103,13 +103,23 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
 
 
 def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:
-    """How an fp16/INT8 variant compares with the fp32 PyTorch model on real images: max and mean abs
-    logit error and top-1 agreement, for the variant's sidecar."""
-    with OnnxRuntimeRunner(path, session=ORT_SESSION) as run, TorchRunner(model, ["logits"], _input_shape(model)) as ref:
-        got, want = run.infer({INPUT: images})["logits"], ref.infer({INPUT: images})["logits"]
+    """How an fp16/INT8 variant compares with the fp32 PyTorch model on real images, for its sidecar: max
+    and mean abs logit error, top-1 agreement, and per layer the share of tokens that keep their experts
+    beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
+    why reduced precision flips a layer's routing."""
+    from ..runtime.runners import predict_all, routing_agreement
+
+    with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True) as run:
+        got, routes = predict_all(run, images, routes=True)
+    with torch.no_grad():
+        want, aux = model.eval()(torch.from_numpy(images), return_aux=True)
+    want = want.numpy()
     err = np.abs(got - want)
-    parity = {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
-              "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),
-              "reference": "eval-mode PyTorch model, fp32"}
-    return parity
+    B, N = len(images), model.cfg.num_tokens
+    ref_routes = [r.clean_i.view(B, N, -1).numpy() for r in aux.routings]
+    return {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
+            "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),
+            "routing_agreement": [round(a, 5) for a in routing_agreement(routes, ref_routes)],
+            "margin_median": [round(float(r.margin.median()), 5) for r in aux.routings],
+            "reference": "eval-mode PyTorch model, fp32"}
 

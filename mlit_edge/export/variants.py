@@ -72,6 +72,7 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
         out["parity"] = parity = variant_parity(path, model, held_out)
         log(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement {parity['top1_agreement']:.4f}, "
             f"max abs logit error {parity['max_abs_err']:.2e}")
+        log(routing_report(parity, record["precision"]))
     if evaluate and dataset and not record.get("random_weights"):
         out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root)
         log(f"[3/4] top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): {acc['top1']:.4f}")
@@ -80,6 +81,24 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
                "--no-eval")
         log(f"[3/4] accuracy skipped ({why})")
     return out
+
+
+ROUTING_WARN = 0.95  # [ours] below this share of tokens keeping their experts, a layer's routing is fragile
+
+
+def routing_report(parity: dict, precision: str) -> str:
+    """Per layer, how many tokens keep their experts in `precision`, beside the margins that decide them,
+    with a warning for layers where reduced precision flips many."""
+    agree, margins = parity["routing_agreement"], parity["margin_median"]
+    lines = [f"      routing kept in {precision} per layer (share of tokens with the same experts as PyTorch; "
+             "median clean margin):"]
+    lines += [f"        layer {i}: {a:.3f} (margin {m:.3f})" for i, (a, m) in enumerate(zip(agree, margins))]
+    weak = [i for i, a in enumerate(agree) if a < ROUTING_WARN]
+    if weak:
+        lines.append(f"      warning: in {precision}, layer(s) {', '.join(map(str, weak))} route more than "
+                     f"{100 * (1 - ROUTING_WARN):.0f}% of tokens to other experts: their clean margins are small "
+                     "against the rounding error (train with --gating annealed, or check accuracy with bench)")
+    return "\n".join(lines)
 
 
 @dataclass

@@ -12,6 +12,16 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
+GATE_INITS = ("default", "zero")
+NOISE_SCHEDULES = ("constant", "cosine")
+# the gatings of the routing ablation by name (README, "Routing health"); `--gating NAME` applies one
+GATINGS: dict[str, dict] = {
+    "paper": {"gate_init": "default", "noise_schedule": "constant"},
+    "zero-init": {"gate_init": "zero", "noise_schedule": "constant"},
+    "annealed": {"gate_init": "default", "noise_schedule": "cosine"},
+}
+TRAINING_ONLY = ("noisy_gating", "noise_eps", "gate_init", "noise_schedule", "balance", "w_importance", "w_load",
+                 "moe_dropout", "head_dropout", "drop_path")  # fields that do not change the deployed model
 
 
 def _is(value, kind) -> bool:
@@ -67,6 +77,8 @@ class MLiTConfig:
     shared: tuple[str, ...] = ("v", "w2")  # [paper] V, W2 and their biases are shared per layer
     noisy_gating: bool = True  # [paper] Shazeer et al. noisy top-k gating, noise in training only
     noise_eps: float = 1e-2  # [recon] floor on softplus(x Wnoise), as in Shazeer's reference code
+    gate_init: str = "default"  # [paper] PyTorch's default init of Wg, Wnoise; "zero" as Shazeer [ablation]
+    noise_schedule: str = "constant"  # [paper] full noise throughout training; "cosine" anneals it to 0 [ours]
     balance: str = "cv"  # [paper] CV of importance/load; "cv2" is Shazeer's squared form [recon]
     w_importance: float = 1e-2  # [paper]
     w_load: float = 1e-2  # [paper]
@@ -97,6 +109,10 @@ class MLiTConfig:
             problems.append(f"shared={self.shared!r}: each entry must be one of {SHAREABLE}")
         if self.balance not in ("cv", "cv2"):
             problems.append(f"balance={self.balance!r}: must be 'cv' or 'cv2'")
+        if self.gate_init not in GATE_INITS:
+            problems.append(f"gate_init={self.gate_init!r}: must be one of {GATE_INITS}")
+        if self.noise_schedule not in NOISE_SCHEDULES:
+            problems.append(f"noise_schedule={self.noise_schedule!r}: must be one of {NOISE_SCHEDULES}")
         if problems:
             raise ValueError("invalid MLiTConfig: " + "; ".join(problems))
 
@@ -160,12 +176,14 @@ def get_config(name: str, **overrides) -> MLiTConfig:
 
 def size_label(name: str, cfg: MLiTConfig) -> str:
     """The name a run's checkpoint and artifacts carry: the registered size, or `<size>-custom` when
-    `cfg` differs from it in more than the head (e.g. after `--set`), so the files do not pass for it."""
+    `cfg` differs from it in more than the head and how it was trained (e.g. `--set top_k=1`), so the
+    files do not pass for it."""
     key = name.lower().removesuffix("-custom")
     base = SIZES.get(key)
     if base is None:
         return name
-    return key if cfg.replace(num_classes=base.num_classes) == base else f"{key}-custom"
+    same = cfg.replace(num_classes=base.num_classes, **{f: getattr(base, f) for f in TRAINING_ONLY})
+    return key if same == base else f"{key}-custom"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from .config import MAEConfig, MLiTConfig
-from .mlit import MLiT, Block
+from .gating import Routing
+from .mlit import Block, MLiT, moe_options
 
 
 def patchify(imgs: Tensor, p: int) -> Tensor:
@@ -38,6 +39,7 @@ class MAEOutput(NamedTuple):
     mse_unmasked: Tensor
     moe_loss: Tensor  # () balancing loss of encoder and decoder MoE layers
     experts: list[Tensor]  # per MoE layer (encoder, then decoder), the (B, tokens, K) chosen experts
+    routings: list[Routing]  # per MoE layer, the gate's whole decision and its health
 
 
 class MMLiT(nn.Module):
@@ -52,8 +54,7 @@ class MMLiT(nn.Module):
         nn.init.normal_(self.mask_token, std=0.02)  # [ours] as MAE
         # [paper] no bias on linear projections outside MoE layers, in the decoder too.
         self.decoder_embed = nn.Linear(enc.dim, cfg.dec_dim, bias=False)
-        moe_kwargs = dict(noisy=enc.noisy_gating, noise_eps=enc.noise_eps, balance=enc.balance,
-                          w_importance=enc.w_importance, w_load=enc.w_load, dropout=enc.moe_dropout)
+        moe_kwargs = moe_options(enc)
         self.decoder_blocks = nn.ModuleList(
             Block(cfg.dec_dim, cfg.dec_heads, cfg.dec_groups, cfg.dec_hidden, cfg.dec_experts, enc.top_k,
                   enc.shared, **moe_kwargs) for _ in range(cfg.dec_depth))
@@ -76,28 +77,29 @@ class MMLiT(nn.Module):
         return visible, mask.gather(1, ids_restore), ids_restore
 
     @staticmethod
-    def _run(blocks: nn.ModuleList, x: Tensor, experts: list[Tensor]) -> tuple[Tensor, Tensor]:
+    def _run_blocks(blocks: nn.ModuleList, x: Tensor, routings: list[Routing]) -> tuple[Tensor, Tensor]:
+        """x through `blocks`; appends each layer's routing, returns x and the layers' balancing loss."""
         moe_loss = x.new_zeros(())
         for blk in blocks:
-            x, layer_loss, top_i = blk(x)
-            moe_loss = moe_loss + layer_loss
-            experts.append(top_i)
+            x, routing = blk(x)
+            moe_loss = moe_loss + routing.loss
+            routings.append(routing)
         return x, moe_loss
 
-    def forward_encoder(self, imgs: Tensor, ratio: float, experts: list[Tensor] | None = None):
+    def forward_encoder(self, imgs: Tensor, ratio: float, routings: list[Routing] | None = None):
         """Encode the visible patches plus the dummy token, which is never masked [ours].
 
         Returns the latent (B, V+1, D), the mask, the restoring permutation and the balancing loss;
-        appends each layer's chosen experts to `experts` when given.
+        appends each layer's routing to `routings` when given.
         """
         x = self.encoder.embed(imgs)  # (B, N, D), dummy last
         visible, mask, ids_restore = self.random_masking(x[:, :-1], ratio)
         x = torch.cat([visible, x[:, -1:]], dim=1)  # (B, V+1, D)
-        x, moe_loss = self._run(self.encoder.blocks, x, [] if experts is None else experts)
+        x, moe_loss = self._run_blocks(self.encoder.blocks, x, [] if routings is None else routings)
         return self.encoder.norm(x), mask, ids_restore, moe_loss
 
     def forward_decoder(self, latent: Tensor, mask: Tensor, ids_restore: Tensor,
-                        experts: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
+                        routings: list[Routing] | None = None) -> tuple[Tensor, Tensor]:
         """latent (B, V+1, D) -> predicted pixels (B, L, P) and the decoder's balancing loss.
 
         [paper] the decoder has no positional embeddings of its own: [recon] a hidden patch enters as
@@ -111,7 +113,7 @@ class MMLiT(nn.Module):
         x = torch.cat([visible, fill], dim=1).gather(1, ids_restore[..., None].expand(-1, -1, D))  # (B, L, D)
         x = x + mask[..., None] * self.encoder.pos_embed[:, :L]  # (B, L, D)
         x = self.decoder_embed(torch.cat([x, dummy], dim=1))  # (B, N, E)
-        x, moe_loss = self._run(self.decoder_blocks, x, [] if experts is None else experts)
+        x, moe_loss = self._run_blocks(self.decoder_blocks, x, [] if routings is None else routings)
         return self.decoder_pred(self.decoder_norm(x))[:, :-1], moe_loss  # (B, L, P), dummy dropped
 
     def forward_loss(self, imgs: Tensor, pred: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -128,13 +130,15 @@ class MMLiT(nn.Module):
 
     def forward(self, imgs: Tensor, mask_ratio: float | None = None) -> MAEOutput:
         ratio = self.cfg.mask_ratio if mask_ratio is None else mask_ratio
-        experts: list[Tensor] = []
-        latent, mask, ids_restore, enc_loss = self.forward_encoder(imgs, ratio, experts)
-        pred, dec_loss = self.forward_decoder(latent, mask, ids_restore, experts)
+        routings: list[Routing] = []
+        latent, mask, ids_restore, enc_loss = self.forward_encoder(imgs, ratio, routings)
+        pred, dec_loss = self.forward_decoder(latent, mask, ids_restore, routings)
         masked, unmasked = self.forward_loss(imgs, pred, mask)
         moe_loss = enc_loss + dec_loss
         loss = masked + self.cfg.alpha * unmasked + self.cfg.beta * moe_loss
-        return MAEOutput(loss, pred, mask, masked, unmasked, moe_loss, experts)
+        B = imgs.shape[0]
+        experts = [r.top_i.view(B, -1, r.top_i.shape[-1]) for r in routings]  # (B, tokens, K) per layer
+        return MAEOutput(loss, pred, mask, masked, unmasked, moe_loss, experts, routings)
 
 
 def encoder_state_dict(mae_state: dict[str, Tensor]) -> dict[str, Tensor]:

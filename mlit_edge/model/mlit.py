@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .attention import Attention
 from .config import MLiTConfig, get_config
+from .gating import Routing
 from .moe import MoE
 
 
@@ -41,18 +42,22 @@ class Block(nn.Module):
         self.moe = MoE(dim, hidden, experts, k, shared, **moe_kwargs)
         self.drop_path = DropPath(drop_path)
 
-    def forward(self, x: Tensor, sparse: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, N, D) -> x, this layer's balancing loss, and its chosen experts (B, N, K)."""
+    def forward(self, x: Tensor, sparse: bool = False) -> tuple[Tensor, Routing]:
+        """x (B, N, D) -> x and this layer's routing (over its B*N tokens)."""
         x = x + self.drop_path(self.attn(self.norm1(x)))
         y, routing = self.moe(self.norm2(x), sparse=sparse)
-        B, N, _ = x.shape
-        return x + self.drop_path(y), routing.loss, routing.top_i.view(B, N, -1)
+        return x + self.drop_path(y), routing
+
+
+def moe_options(cfg: MLiTConfig) -> dict:
+    """The MoE and gate settings of a config, for the encoder's layers and mmLiT's decoder alike."""
+    return dict(noisy=cfg.noisy_gating, noise_eps=cfg.noise_eps, balance=cfg.balance, w_importance=cfg.w_importance,
+                w_load=cfg.w_load, dropout=cfg.moe_dropout, gate_init=cfg.gate_init)
 
 
 def blocks_from_config(cfg: MLiTConfig) -> nn.ModuleList:
     """The encoder layers, with Eq. 2 hidden sizes and staged expert counts."""
-    moe_kwargs = dict(noisy=cfg.noisy_gating, noise_eps=cfg.noise_eps, balance=cfg.balance,
-                      w_importance=cfg.w_importance, w_load=cfg.w_load, dropout=cfg.moe_dropout)
+    moe_kwargs = moe_options(cfg)
     rates = [cfg.drop_path * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
     return nn.ModuleList(
         Block(cfg.dim, cfg.heads, cfg.groups, hidden, experts, cfg.top_k, cfg.shared, rate, **moe_kwargs)
@@ -64,6 +69,7 @@ class Aux(NamedTuple):
 
     loss: Tensor  # () the MoE balancing loss summed over all layers (Eq. 1 per layer)
     experts: list[Tensor]  # per layer, the (B, N, K) experts each token was sent to
+    routings: list[Routing]  # per layer, the gate's whole decision and its health (`gating.Routing`)
 
 
 class MLiT(nn.Module):
@@ -92,12 +98,13 @@ class MLiT(nn.Module):
     def forward_features(self, imgs: Tensor, sparse: bool = False) -> tuple[Tensor, Aux]:
         """imgs (B, C, S, S) -> normalised tokens (B, N, D) and the routing auxiliaries."""
         x = self.embed(imgs)
-        loss, experts = x.new_zeros(()), []
+        routings = []
         for blk in self.blocks:
-            x, layer_loss, top_i = blk(x, sparse=sparse)
-            loss = loss + layer_loss
-            experts.append(top_i)
-        return self.norm(x), Aux(loss, experts)
+            x, routing = blk(x, sparse=sparse)
+            routings.append(routing)
+        B, N, _ = x.shape
+        loss = torch.stack([r.loss for r in routings]).sum()
+        return self.norm(x), Aux(loss, [r.top_i.view(B, N, -1) for r in routings], routings)
 
     def forward_head(self, x: Tensor) -> Tensor:
         """Tokens (B, N, D) -> logits (B, classes), read from the dummy token."""

@@ -107,9 +107,9 @@ class MoE(nn.Module):
 
     def __init__(self, dim: int, hidden: int, experts: int, k: int = 2, shared: Iterable[str] = ("v", "w2"),
                  noisy: bool = True, noise_eps: float = 1e-2, balance: str = "cv", w_importance: float = 1e-2,
-                 w_load: float = 1e-2, dropout: float = 0.0) -> None:
+                 w_load: float = 1e-2, dropout: float = 0.0, gate_init: str = "default") -> None:
         super().__init__()
-        self.gate = NoisyTopKGate(dim, experts, k, noisy, noise_eps, balance, w_importance, w_load)
+        self.gate = NoisyTopKGate(dim, experts, k, noisy, noise_eps, balance, w_importance, w_load, gate_init)
         self.experts = SwiGLUExperts(dim, hidden, experts, shared)
         self.drop = nn.Dropout(dropout)
 

@@ -211,3 +211,15 @@ def predict_all(runner: Runner, images: np.ndarray, batch: int = 64,
             for acc, name in zip(per_layer, runner.route_names):
                 acc.append(out[name].reshape(len(x), -1, out[name].shape[-1])[:n])
     return np.concatenate(logits), ([np.concatenate(r) for r in per_layer] if routes else None)
+
+
+def routing_agreement(routes: list[np.ndarray], ref_routes: list[np.ndarray]) -> list[float]:
+    """Per layer: the share of tokens whose set of top-k experts equals the reference's."""
+    if len(routes) != len(ref_routes):
+        raise ValueError(f"{len(routes)} routed layers vs {len(ref_routes)} in the reference")
+    out = []
+    for got, want in zip(routes, ref_routes):
+        k = got.shape[-1]
+        g, w = np.sort(got.reshape(-1, k), axis=1), np.sort(want.reshape(-1, k), axis=1)
+        out.append(float(np.all(g == w, axis=1).mean()))
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .checkpoint import describe, load_checkpoint, model_from_checkpoint
 from .data import Loader, load_dataset
 from .fit import resolve_device
-from .loop import ExpertCounter, evaluate
+from .loop import RoutingStats, evaluate, noise_scale_at, set_noise_scale
 
 
 def evaluate_checkpoint(path: str, data: str | None = None, data_root: str = "data", split: str = "test",
@@ -17,16 +17,23 @@ def evaluate_checkpoint(path: str, data: str | None = None, data_root: str = "da
         raise ValueError(f"{ds.name} has {len(ds.classes)} classes but the model was trained on "
                          f"{len(ckpt['data']['classes'])}")
     model = model_from_checkpoint(ckpt).to(dev).eval()
-    counter = ExpertCounter(model.cfg.experts_per_layer())
+    set_noise_scale(model, noise_scale_at(1, 1, model.cfg.noise_schedule))  # the noise training ended with
+    counter = RoutingStats(model.cfg.experts_per_layer())
     metrics = evaluate(model, Loader(ds, batch_size, train=False, device=dev), counter=counter)
     return {"checkpoint": str(path), "model": describe(ckpt), "data": ds.name, "split": split,
             "images": metrics["images"], "top1": metrics["acc"], "loss": metrics["loss"],
-            "experts": counter.fractions()}
+            "experts": counter.fractions(), "routing": counter.summary()}
 
 
 def format_evaluation(result: dict) -> str:
+    """The top-1, then per layer the clean routing's shares and health (README, "Routing health")."""
     lines = [result["model"], f"{result['data']} {result['split']}: top-1 {result['top1']:.4f} on {result['images']} "
-                              f"images, loss {result['loss']:.4f}"]
-    lines += [f"  layer {i}: expert shares " + " ".join(f"{v:.2f}" for v in row)
-              for i, row in enumerate(result["experts"])]
+                              f"images, loss {result['loss']:.4f}",
+             "routing per layer: clean expert shares (what the deployed graph does) | entropy / log E | agreement "
+             "of one noisy draw with the clean top-k | median gap/noise"]
+    r = result["routing"]
+    for i, shares in enumerate(r["clean"]):
+        ratio = "-" if r["gap_noise"][i] is None else f"{r['gap_noise'][i]:.2f}"
+        lines.append(f"  layer {i}: " + " ".join(f"{v:.2f}" for v in shares).ljust(30)
+                     + f" | {r['entropy'][i]:.3f} | {r['agreement'][i]:.3f} | {ratio}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from ..model.config import MAEConfig, MLiTConfig, get_config, size_label
 from ..model.mlit import MLiT, count_parameters
 from .data import ImageSet, Loader, load_dataset
 from .distributed import Dist, barrier, gather_objects, init_distributed, shutdown
-from .loop import ExpertCounter, evaluate, lr_at, param_groups, scaled_lr, train_one_epoch
+from .loop import RoutingStats, evaluate, lr_at, noise_scale_at, param_groups, scaled_lr, train_one_epoch
 
 TASKS = ("train", "pretrain", "finetune")
 
@@ -76,9 +76,15 @@ class RunConfig:
             get_config(self.size, **self.overrides)  # every value checked before any work
 
     @classmethod
-    def for_task(cls, task: str, size: str, out: str | None = None, **fields) -> "RunConfig":
-        """The run a CLI command asks for; `out` defaults to runs/TASK-SIZE-DATA."""
+    def for_task(cls, task: str, size: str, out: str | None = None, gating: str | None = None,
+                 **fields) -> "RunConfig":
+        """The run a CLI command asks for; `out` defaults to runs/TASK-SIZE-DATA; `gating` names a preset of
+        `model.config.GATINGS` that `--set` fields override."""
+        from ..model.config import GATINGS
+
         data_tag = fields.get("data", cls.data).rstrip("/").split("/")[-1]
+        if gating is not None:
+            fields["overrides"] = {**GATINGS[gating], **fields.get("overrides", {})}
         return cls(task=task, size=size, out=out or f"runs/{task}-{size}-{data_tag}", **fields)
 
 
@@ -190,6 +196,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
     base_lr = run.lr if run.lr is not None else scaled_lr(run.batch_size)
     total = run.epochs * len(loader)
     warmup = int(run.warmup_frac * total)
+    # [ours] betas (0.9, 0.95) as MAE's and most ViT recipes; the paper names AdamW only
     optimizer = torch.optim.AdamW(param_groups(model, run.weight_decay), lr=base_lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_at(step, total, base_lr, warmup, run.min_lr) / base_lr)
@@ -219,6 +226,8 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
         net = torch.compile(net)
     experts = cfg.encoder.experts_per_layer() + [cfg.dec_experts] * cfg.dec_depth if kind == "mmlit" \
         else cfg.experts_per_layer()
+    schedule = (cfg.encoder if kind == "mmlit" else cfg).noise_schedule
+    noise_scale = None if schedule == "constant" else (lambda step: noise_scale_at(step, total, schedule))
     eval_loader = Loader(test_set, 256, train=False, device=device) if test_set is not None else None
     if d.main:
         n_params = count_parameters(model)
@@ -229,22 +238,25 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
     metrics: dict = rows[-1] if rows else {}
     for epoch in range(start_epoch, run.epochs):
         loader.set_epoch(epoch)
-        counter = ExpertCounter(experts)
+        counter = RoutingStats(experts)
         train_m = train_one_epoch(net, loader, optimizer, scheduler, scaler, "pretrain" if kind == "mmlit" else
                                   "train", counter, dtype, run.clip_grad, run.progress and d.main,
-                                  desc=f"epoch {epoch + 1}/{run.epochs}")
+                                  desc=f"epoch {epoch + 1}/{run.epochs}", noise_scale=noise_scale, gates_of=model)
         rngs = gather_objects(ck.rng_state(), d)
         if d.main:
-            test_m = None
+            test_m, test_counter = None, RoutingStats(experts)
             if eval_loader is not None and ((epoch + 1) % run.eval_every == 0 or epoch + 1 == run.epochs):
-                test_m = evaluate(model, eval_loader, dtype)
-            metrics = {"epoch": epoch, "train": train_m, "test": test_m, "experts": counter.fractions()}
+                test_m = evaluate(model, eval_loader, dtype, test_counter)
+            routing = {"train": counter.summary(), "test": test_counter.summary() or None}
+            metrics = {"epoch": epoch, "train": train_m, "test": test_m, "experts": counter.fractions(),
+                       "routing": routing}
             rows.append(metrics)
             out.mkdir(parents=True, exist_ok=True)
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
             _report(epoch, run.epochs, train_m, test_m, log)
-            _plots(rows, counter.fractions(), out, kind)
+            _plots(rows, counter.fractions(), (routing["test"] or routing["train"])["clean"], out, kind,
+                   "test split" if routing["test"] else "training batches")
             ck.save_atomic(ck.make_checkpoint(
                 kind, model, cfg, size, train_set.meta(), optimizer=optimizer.state_dict(),
                 scheduler=scheduler.state_dict(), scaler=scaler.state_dict() if scaler else None,
@@ -263,10 +275,12 @@ def _report(epoch: int, epochs: int, train_m: dict, test_m: dict | None, log) ->
     log(msg + f" | {train_m['img_per_s']:.0f} img/s, lr {train_m['lr']:.2e}")
 
 
-def _plots(rows: list[dict], fractions: list[list[float]], out: Path, kind: str) -> None:
+def _plots(rows: list[dict], used: list[list[float]], clean: list[list[float]], out: Path, kind: str,
+           clean_on: str) -> None:
     from .plots import plot_curves, plot_experts
 
     plot_curves(rows, out / "loss.png", loglog=kind == "mmlit",
                 title="mmLiT pre-training loss (log-log)" if kind == "mmlit" else "mLiT training")
-    if fractions:
-        plot_experts(fractions, out / "experts.png")
+    if used:
+        plot_experts({"training routing (with the gate noise)": used,
+                      f"clean routing, as deployed ({clean_on})": clean}, out / "experts.png")

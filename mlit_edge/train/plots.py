@@ -51,25 +51,28 @@ def plot_curves(rows: list[dict], path: str | Path, loglog: bool = False, title:
     save_figure(fig, path)
 
 
-def plot_experts(fractions: list[list[float]], path: str | Path, title: str = "") -> None:
-    """Heat map: one row per MoE layer, one column per expert, colour = share of routed tokens."""
+def plot_experts(panels: dict[str, list[list[float]]], path: str | Path) -> None:
+    """Heat maps side by side, one per routing (e.g. the training one and the clean, deployed one): one row
+    per MoE layer, one column per expert, colour = share of routed token slots."""
     import numpy as np
 
     plt = pyplot()
-    width = max(len(r) for r in fractions)
-    grid = np.full((len(fractions), width), np.nan)
-    for i, r in enumerate(fractions):
-        grid[i, : len(r)] = r
-    fig, ax = plt.subplots(figsize=(1.2 + 0.8 * width, 1.0 + 0.35 * len(fractions)))
-    im = ax.imshow(grid, cmap="viridis", vmin=0, aspect="auto")
-    for (i, j), v in np.ndenumerate(grid):
-        if not np.isnan(v):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < grid[~np.isnan(grid)].max() * 0.6
-                    else "k", fontsize=8)
-    ax.set_xlabel("expert")
-    ax.set_ylabel("MoE layer")
-    ax.set_xticks(range(width))
-    ax.set_yticks(range(len(fractions)))
-    ax.set_title(title or "share of tokens routed to each expert")
-    fig.colorbar(im, ax=ax)
+    width = max(len(r) for rows in panels.values() for r in rows)
+    depth = max(len(rows) for rows in panels.values())
+    fig, axes = plt.subplots(1, len(panels), figsize=(0.6 + (1.2 + 0.8 * width) * len(panels), 1.3 + 0.35 * depth),
+                             squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels.items()):
+        grid = np.full((depth, width), np.nan)
+        for i, r in enumerate(rows):
+            grid[i, : len(r)] = r
+        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=8)
+        ax.set_xlabel("expert")
+        ax.set_ylabel("MoE layer")
+        ax.set_xticks(range(width))
+        ax.set_yticks(range(depth))
+        ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=list(axes[0]), label="share of routed token slots")
     save_figure(fig, path)

@@ -12,7 +12,8 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
-from mlit_edge.bench.fidelity import fidelity, routing_agreement  # noqa: E402
+from mlit_edge.bench.fidelity import fidelity  # noqa: E402
+from mlit_edge.runtime.runners import routing_agreement  # noqa: E402
 from mlit_edge.bench.host import peak_rss_mb  # noqa: E402
 from mlit_edge.bench.report import format_bench  # noqa: E402
 from mlit_edge.bench.run import BenchConfig, run_bench  # noqa: E402

@@ -48,7 +48,7 @@ def test_prob_in_top_k_matches_monte_carlo():
 
 def test_cv_and_cv_squared():
     x = torch.tensor([1.0, 2.0, 3.0, 6.0])
-    cv = x.std() / x.mean()
+    cv = x.std(unbiased=False) / x.mean()  # the population std, as Shazeer's cv_squared
     torch.testing.assert_close(coefficient_of_variation(x), cv)
     torch.testing.assert_close(coefficient_of_variation(x, squared=True), cv**2)
     assert coefficient_of_variation(torch.ones(5)) == 0
@@ -87,3 +87,43 @@ def test_gate_loss_has_gradients_for_wg_and_wnoise():
     gate(torch.randn(32, 8)).loss.backward()
     assert gate.w_gate.weight.grad.abs().sum() > 0
     assert gate.w_noise.weight.grad.abs().sum() > 0
+
+
+def test_routing_health_on_a_fixed_input_matches_a_hand_computation():
+    from mlit_edge.train.loop import RoutingStats
+
+    gate = NoisyTopKGate(2, 3, k=2)
+    with torch.no_grad():
+        gate.w_gate.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]))  # (E, M)
+        gate.w_noise.weight.copy_(torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]]))
+    x = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 1.0]])
+    r = gate.eval()(x)
+    # clean logits [2, 1, 1.5], [0, 3, 1.5], [1, 1, 1]: margins (2nd - 3rd largest) 0.5, 1.5, 0
+    assert torch.equal(r.margin, torch.tensor([0.5, 1.5, 0.0]))
+    sp = lambda v: math.log1p(math.exp(v))  # noqa: E731 - softplus
+    std = [(2 * sp(0) + sp(x0)) / 3 + 1e-2 for x0 in (2.0, 0.0, 1.0)]  # mean over the experts of softplus + eps
+    torch.testing.assert_close(r.noise_std, torch.tensor(std))
+    stats = RoutingStats([3])
+    stats.update([r])
+    assert stats.summary()["gap_noise"] == [round(sorted([0.5 / std[0], 1.5 / std[1], 0.0])[1], 5)]
+
+
+@pytest.mark.parametrize("noise_off", ["no noise weights", "noise scale 0"])
+def test_noisy_and_clean_routing_agree_when_the_noise_is_off(noise_off):
+    from mlit_edge.train.loop import RoutingStats, set_noise_scale
+
+    gate = NoisyTopKGate(8, 5, k=2, noisy=noise_off != "no noise weights").train()
+    if noise_off == "noise scale 0":
+        set_noise_scale(gate, 0.0)
+    stats = RoutingStats([5])
+    stats.update([gate(torch.randn(300, 8))])
+    assert stats.summary()["agreement"] == [1.0]
+    loud = NoisyTopKGate(8, 5, k=2).train()  # the paper's noise: some tokens change experts
+    stats = RoutingStats([5])
+    stats.update([loud(torch.randn(300, 8))])
+    assert stats.summary()["agreement"][0] < 1.0
+
+
+def test_zero_initialised_gates_start_even():
+    gate = NoisyTopKGate(8, 4, k=2, init="zero")
+    assert not gate.w_gate.weight.any() and not gate.w_noise.weight.any()

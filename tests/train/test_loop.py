@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mlit_edge.model.mlit import MLiT
-from mlit_edge.train.loop import ExpertCounter, lr_at, param_groups, scaled_lr
+from mlit_edge.train.loop import RoutingStats, lr_at, noise_scale_at, param_groups, scaled_lr
 
 
 def test_lr_rule_is_eq4():
@@ -31,8 +31,30 @@ def test_no_weight_decay_on_biases_norms_and_embeddings(tiny_cfg):
     assert decay["weight_decay"] == 0.05
 
 
-def test_expert_counter_fractions():
-    counter = ExpertCounter([3, 2])
-    counter.update([torch.tensor([[0, 1], [0, 2]]), torch.tensor([[0, 1], [1, 0]])])
-    counter.update([torch.tensor([[0, 1]]), torch.tensor([[1, 0]])])
-    assert counter.fractions() == [[0.5, 0.33333, 0.16667], [0.5, 0.5]]
+def _routing(top_i, clean_i=None, noisy_i=None, margin=None, noise_std=None):
+    from mlit_edge.model.gating import Routing
+
+    clean_i = top_i if clean_i is None else clean_i
+    margin = torch.ones(len(top_i)) if margin is None else margin
+    return Routing(None, top_i, None, clean_i, top_i if noisy_i is None else noisy_i, margin, noise_std)
+
+
+def test_routing_stats_shares_agreement_and_entropy():
+    stats = RoutingStats([3, 2])
+    stats.update([_routing(torch.tensor([[0, 1], [0, 2]])), _routing(torch.tensor([[0, 1], [1, 0]]))])
+    stats.update([_routing(torch.tensor([[0, 1]]), clean_i=torch.tensor([[1, 2]])), _routing(torch.tensor([[1, 0]]))])
+    assert stats.fractions() == [[0.5, 0.33333, 0.16667], [0.5, 0.5]]
+    s = stats.summary()
+    assert s["clean"][0] == [0.33333] * 3 and s["clean"][1] == [0.5, 0.5]
+    assert s["agreement"] == [round(2 / 3, 5), 1.0]  # the third token's noisy {0,1} is not its clean {1,2}
+    assert s["entropy"] == [1.0, 1.0] and s["gap_noise"] == [None, None]  # even shares; no noise std given
+    skewed = RoutingStats([3])
+    skewed.update([_routing(torch.tensor([[0, 1], [0, 1], [0, 2]]))])
+    p = torch.tensor([3, 2, 1]) / 6
+    assert skewed.summary()["entropy"][0] == pytest.approx(float(-(p * p.log()).sum() / math.log(3)), abs=1e-5)
+
+
+def test_noise_schedules():
+    assert noise_scale_at(0, 100, "constant") == noise_scale_at(99, 100, "constant") == 1.0
+    assert noise_scale_at(0, 100, "cosine") == 1.0 and noise_scale_at(99, 100, "cosine") == pytest.approx(0.0)
+    assert noise_scale_at(50, 101, "cosine") == pytest.approx(0.5)
