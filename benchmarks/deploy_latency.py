@@ -99,7 +99,8 @@ def main() -> None:
 
         test = load_dataset(info["preprocess"]["dataset"], "test")
         labels = test.labels.numpy()
-        top1 = {name: float((predict_all(r, test.inputs())[0].argmax(1) == labels).mean()) for name, r in stages.items()}
+        top1 = {name: float((predict_all(r, test.inputs())[0].argmax(1) == labels).mean())
+                for name, r in stages.items()}
     peak = sgemm_peak()
     best = max(peak.values())
     results = []

@@ -1,8 +1,9 @@
 """`mlit-edge quickstart`: the whole chain on the embedded digits, on a CPU, in minutes.
 
-Train mLiT briefly -> build fp32, fp16 and INT8 artifacts for ONNX Runtime (TensorRT where it
-imports) -> bench them side by side against the PyTorch checkpoint. Re-running it continues an
-unfinished training run and rebuilds the artifacts (the INT8 calibration comes from the cache).
+By default it starts from the pretrained mLiT of the size (shipped in the package): build fp32,
+fp16 and INT8 artifacts for ONNX Runtime (TensorRT where it imports) -> bench them side by side
+against that checkpoint. `train=True` first trains a model from scratch for `epochs` (re-running
+continues an unfinished run) and benches the artifacts against that one instead.
 """
 from __future__ import annotations
 
@@ -13,21 +14,54 @@ from pathlib import Path
 from typing import Callable
 
 
-def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: int = 4, batch_size: int = 16,
-                   lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 1.0,
+def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: bool = False, epochs: int = 15,
+                   batch_size: int = 32, lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 0.5,
                    progress: bool = True, calib_cache: str | None = None, overrides: dict | None = None,
                    log: Callable[[str], None] = print) -> dict:
     """Run the chain; returns the bench report (also written to OUT/bench.json, with per-call samples).
 
-    `overrides` are MLiTConfig fields, as `train --set` takes them.
+    `overrides` are MLiTConfig fields, as `train --set` takes them (with `train` only).
     """
     from .engine.build import BuildRequest, run_build
     from .export.source import load_for_export
+    from .train.pretrained import default_for, describe
+
+    out = Path(out)
+    if train:
+        ckpt = str(_train(out / "run", size, epochs, batch_size, lr, progress, overrides, log))
+    else:
+        if overrides:
+            raise ValueError("--set changes the model, so it needs --train (a pretrained model is what it is)")
+        ckpt = default_for(size)
+        if ckpt is None:
+            raise ValueError(f"no pretrained mLiT-{size.upper()} ships with mlit-edge (mlit-edge pretrained lists "
+                             "them); use --train to train one first")
+        log(f"== 1/3 start from {describe(ckpt)} (--train trains one from scratch instead)")
+    source = load_for_export(ckpt, None)  # one read of the checkpoint for the three builds
+    artifacts = []
+    for precision in ("fp32", "fp16", "int8"):
+        log(f"== 2/3 build {precision}")
+        result = run_build(BuildRequest(precision=precision, checkpoint=ckpt, out=str(out / "artifacts"),
+                                        calib_cache=calib_cache, force=True),  # quickstart owns its folder
+                           log=log, source=source)
+        artifacts.append(str(result.artifact))
+    log("== 3/3 bench the artifacts against the PyTorch checkpoint (each in a fresh process, so memory figures "
+        "are each artifact's own)")
+    report_path = out / "bench.json"
+    cmd = [sys.executable, "-m", "mlit_edge.cli", "bench", *artifacts, ckpt, "--batch", ",".join(map(str, batches)),
+           "--duration", str(duration_s), "--json", str(report_path)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the bench step failed (exit {proc.returncode}); rerun it alone: {' '.join(cmd)}")
+    return json.loads(report_path.read_text())
+
+
+def _train(run_dir: Path, size: str, epochs: int, batch_size: int, lr: float, progress: bool,
+           overrides: dict | None, log: Callable[[str], None]) -> Path:
+    """Train (or finish training) the quickstart's own model; returns its checkpoint."""
     from .train.checkpoint import load_checkpoint
     from .train.fit import RunConfig, fit
 
-    out = Path(out)
-    run_dir = out / "run"
     ckpt = run_dir / "checkpoint.pt"
     if ckpt.is_file() and load_checkpoint(ckpt).get("epoch") == epochs:
         log(f"== 1/3 train: {ckpt} already holds {epochs} epochs, reusing it")
@@ -35,20 +69,4 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", epochs: in
         log(f"== 1/3 train mLiT-{size.upper()} on the embedded MNIST digits for {epochs} epochs (CPU is fine)")
         fit(RunConfig(task="train", size=size, data="mnist5k", out=str(run_dir), epochs=epochs, batch_size=batch_size,
                       lr=lr, resume=ckpt.is_file(), progress=progress, overrides=dict(overrides or {})), log=log)
-    source = load_for_export(str(ckpt), None)  # one read of the checkpoint for the three builds
-    artifacts = []
-    for precision in ("fp32", "fp16", "int8"):
-        log(f"== 2/3 build {precision}")
-        result = run_build(BuildRequest(precision=precision, checkpoint=str(ckpt), out=str(out / "artifacts"),
-                                        calib_cache=calib_cache, force=True),  # quickstart owns its folder
-                           log=log, source=source)
-        artifacts.append(str(result.artifact))
-    log("== 3/3 bench the artifacts against the PyTorch checkpoint (each in a fresh process, so memory figures "
-        "are each artifact's own)")
-    report_path = out / "bench.json"
-    cmd = [sys.executable, "-m", "mlit_edge.cli", "bench", *artifacts, str(ckpt), "--batch",
-           ",".join(map(str, batches)), "--duration", str(duration_s), "--json", str(report_path)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the bench step failed (exit {proc.returncode}); rerun it alone: {' '.join(cmd)}")
-    return json.loads(report_path.read_text())
+    return ckpt

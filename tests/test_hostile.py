@@ -156,7 +156,8 @@ def test_build_does_not_replace_an_artifact_of_another_source_without_force(trai
     # random weights named like the trained model: `build --onnx` names its output after its input
     random_onnx = tmp_path / "dev" / "mlit-xxs-custom-fp32.onnx"
     random_onnx.parent.mkdir()
-    assert CliRunner().invoke(main, ["export", "--size", "xxs", "--out", str(random_onnx)]).exit_code == 0
+    exported = CliRunner().invoke(main, ["export", "--size", "xxs", "--random-weights", "--out", str(random_onnx)])
+    assert exported.exit_code == 0
     r = build("--onnx", str(random_onnx), "--precision", "fp16")
     assert r.exit_code == 1 and "this build is from random weights" in r.stderr and len(r.stderr.splitlines()) <= 6
     assert hashes(out) == kept  # the trained pair and everything beside it, byte for byte

@@ -17,7 +17,8 @@ TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "de
 
 def test_quickstart_chain_on_a_tiny_model(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "mlit_edge.cli", "quickstart", "--out", str(tmp_path / "qs"), "--epochs", "1",
+    cmd = [sys.executable, "-m", "mlit_edge.cli", "quickstart", "--train", "--out", str(tmp_path / "qs"),
+           "--epochs", "1",
            "--batch-size", "250", "--batch", "1,4", "--duration", "0.05", "--no-progress", *TINY]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -36,3 +37,19 @@ def test_quickstart_chain_on_a_tiny_model(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already holds 1 epochs, reusing it" in again.stderr
     assert "reusing" in again.stderr  # the fp32 export of the same checkpoint
+
+
+def test_quickstart_default_starts_from_the_pretrained_model(tmp_path):
+    """The README's main job on its defaults (the real XXS): no training, a 98% model in the table."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "mlit_edge.cli", "quickstart", "--out", str(tmp_path / "qs"), "--batch", "1",
+           "--duration", "0.05", "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "start from pretrained:xxs-mnist5k" in proc.stderr and "train mLiT" not in proc.stderr
+    report = json.loads((tmp_path / "qs" / "bench.json").read_text())
+    by = {a["label"]: a for a in report["artifacts"]}
+    assert set(by) == {"mlit-xxs-fp32.onnx", "mlit-xxs-fp16.onnx", "mlit-xxs-int8-ort.onnx", "xxs-mnist5k.pt"}
+    fp32, int8 = by["mlit-xxs-fp32.onnx"]["accuracy"], by["mlit-xxs-int8-ort.onnx"]["accuracy"]
+    assert fp32["top1"] >= 0.98 and fp32["agreement"] == 1.0 and min(fp32["routing_agreement"]) == 1.0
+    assert abs(int8["top1_delta"]) <= 0.01 and all(a["reference_match"] for a in report["artifacts"])

@@ -6,6 +6,7 @@ import os
 import platform
 import resource
 from pathlib import Path
+from typing import Callable
 
 
 def rss_mb() -> float:
@@ -42,6 +43,36 @@ def available_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def batch_bytes(record: dict, batch: int) -> int:
+    """About what the buffers of one call at `batch` take (input, attention scores, token activations),
+    from the model the record describes (the default mLiT when it does not say); a bound, not a measurement."""
+    from ..model.config import MLiTConfig
+    from ..train.checkpoint import config_from_dict
+
+    try:
+        cfg = config_from_dict("mlit", (record.get("model") or {}).get("config") or {})
+    except (TypeError, ValueError):
+        cfg = MLiTConfig()
+    n, s = cfg.num_tokens, cfg.img_size
+    per_image = 3 * s * s + 3 * cfg.heads * n * n + n * (8 * cfg.dim + 2 * max(cfg.expert_stages) * cfg.hidden_first)
+    return int(1.5 * 4 * per_image * batch)  # float32, with headroom for the runtime's own copies
+
+
+def check_memory(records: list[dict], batches: tuple[int, ...], log: Callable[[str], None]) -> None:
+    """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
+    available = available_mb()
+    if available is None:
+        return
+    b = max(batches)
+    need = max(batch_bytes(r, b) for r in records or [{}]) / 2 ** 20
+    if need > 0.8 * available:
+        raise ValueError(f"--batch {b}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
+                         f"than the {available / 1024:.1f} GiB available here; time a smaller batch")
+    if need > 0.4 * available:
+        log(f"warning: batch {b} needs about {need / 1024:.1f} GiB (estimated) of the {available / 1024:.1f} GiB "
+            "available; timings may include swapping or the run may be killed")
 
 
 def nvmap_mb() -> float | None:

@@ -18,11 +18,12 @@ import numpy as np
 from ..runtime.artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from ..runtime.runners import routing_agreement
 from .fidelity import fidelity
-from .host import environment, nvmap_mb, peak_rss_mb, rss_mb
+from .host import check_memory, environment, nvmap_mb, peak_rss_mb, rss_mb
 from .stats import harness_overhead, time_runner
 
 SCHEMA = "mlit-edge-bench/1"
-ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+                 "tensorrt": "TensorrtExecutionProvider"}
 
 
 def provider_names(csv: str) -> tuple[str, ...]:
@@ -78,38 +79,6 @@ class Reference:
     routes: list[np.ndarray] | None = None
 
 
-def batch_bytes(record: dict, batch: int) -> int:
-    """About what the buffers of one call at `batch` take (input, attention scores, token activations),
-    from the model the record describes (the default mLiT when it does not say); a bound, not a measurement."""
-    from ..model.config import MLiTConfig
-    from ..train.checkpoint import config_from_dict
-
-    try:
-        cfg = config_from_dict("mlit", (record.get("model") or {}).get("config") or {})
-    except (TypeError, ValueError):
-        cfg = MLiTConfig()
-    n, s = cfg.num_tokens, cfg.img_size
-    per_image = 3 * s * s + 3 * cfg.heads * n * n + n * (8 * cfg.dim + 2 * max(cfg.expert_stages) * cfg.hidden_first)
-    return int(1.5 * 4 * per_image * batch)  # float32, with headroom for the runtime's own copies
-
-
-def _check_memory(records: list[dict], batches: tuple[int, ...], log: Callable[[str], None]) -> None:
-    """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
-    from .host import available_mb
-
-    available = available_mb()
-    if available is None:
-        return
-    b = max(batches)
-    need = max(batch_bytes(r, b) for r in records or [{}]) / 2 ** 20
-    if need > 0.8 * available:
-        raise ValueError(f"--batch {b}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
-                         f"than the {available / 1024:.1f} GiB available here; time a smaller batch")
-    if need > 0.4 * available:
-        log(f"warning: batch {b} needs about {need / 1024:.1f} GiB (estimated) of the {available / 1024:.1f} GiB "
-            "available; timings may include swapping or the run may be killed")
-
-
 def _eval_images(data: str, split: str, root: str, limit: int | None):
     from ..train.data import load_dataset
 
@@ -134,9 +103,11 @@ def _peek(path: str) -> dict:
 def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     """Bench every artifact; returns the JSON-able report (rows, per-artifact details, environment)."""
     from ..runtime.trt_env import verify_plan
+    from ..train.pretrained import is_pretrained, resolve
 
     if not paths:
         raise ValueError("give at least one artifact (.plan, .onnx or .pt)")
+    paths = [resolve(p) for p in paths]  # pretrained:NAME -> its checked file
     for p in paths:
         if not Path(p).exists():
             raise FileNotFoundError(f"{p} does not exist")
@@ -144,18 +115,18 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
     for p in paths:  # refuse unrunnable engines before measuring anything
         if formats[p] == "tensorrt":
             verify_plan(p)
-    ref_path = cfg.reference or next((p for p in paths if formats[p] == "torch"), None)
+    ref_path = resolve(cfg.reference) if cfg.reference else next((p for p in paths if formats[p] == "torch"), None)
     peeks = {p: _peek(p) for p in paths if p != ref_path}
     if ref_path is None:
-        ref_path = next((r["checkpoint"] for r in peeks.values() if r.get("checkpoint")
-                         and Path(r["checkpoint"]).is_file()), None)
+        ref_path = next((resolve(r["checkpoint"]) for r in peeks.values() if r.get("checkpoint")
+                         and (is_pretrained(r["checkpoint"]) or Path(r["checkpoint"]).is_file())), None)
     ref = None
     if ref_path:
         content = Path(ref_path).read_bytes()  # one read of the reference for this whole command
         runner, record = open_artifact(ref_path, cfg.runner_options(routing=True), content)
         ref = Reference(str(ref_path), record)
         peeks[ref_path] = record
-    _check_memory(list(peeks.values()), cfg.batches, log)
+    check_memory(list(peeks.values()), cfg.batches, log)
     data = cfg.data or next(((r.get("preprocess") or {}).get("dataset") for r in ([ref.record] if ref else []) +
                              list(peeks.values()) if (r.get("preprocess") or {}).get("dataset")), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

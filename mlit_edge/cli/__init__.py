@@ -2,7 +2,7 @@
 
 Bad input ends in a one-line error and a non-zero exit. Options carry the names of the request
 dataclass fields they fill, and the dataclasses validate them. The commands live with their stage:
-`train` (info, train, pretrain, finetune, eval, quickstart), `deploy` (export, build, check) and
+`train` (info, train, pretrain, finetune, eval, pretrained, quickstart), `deploy` (export, build, check) and
 `run` (bench, predict, serve); nothing here imports torch until a command that needs it runs.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import click
 from .. import __version__
 from .deploy import build, check_cmd, export
 from .run import bench, predict, serve
-from .train import eval_, finetune, info, pretrain, quickstart, train
+from .train import eval_, finetune, info, pretrain, pretrained, quickstart, train
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,5 +21,6 @@ def main() -> None:
     """mlit-edge: train, convert, build and benchmark mLiT vision transformers for edge GPUs."""
 
 
-for command in (info, train, pretrain, finetune, eval_, export, build, bench, quickstart, predict, serve, check_cmd):
+for command in (info, train, pretrain, finetune, eval_, pretrained, export, build, bench, quickstart, predict, serve,
+                check_cmd):
     main.add_command(command)

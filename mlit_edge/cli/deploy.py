@@ -10,13 +10,17 @@ from ..export import PRECISIONS
 from ..runtime.artifact import BATCH_PROFILE
 from .common import OPSET, batch_triple, check_size, log, user_errors
 
+RANDOM = click.option("--random-weights", is_flag=True,
+                      help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
 FORCE = click.option("--force", is_flag=True, help="Replace artifacts in the output folder that were built from "
                                                    "another checkpoint or from random weights.")
 
 @click.command()
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
-              help="A trained mLiT checkpoint. Without it the weights are random (latency work only).")
-@click.option("--size", default=None, callback=check_size, help="Model size when exporting random weights: s, xs or xxs.")
+              help="A trained mLiT checkpoint, or pretrained:NAME (mlit-edge pretrained lists them) "
+                   "[default: the size's pretrained model where one ships, else random weights].")
+@click.option("--size", default=None, callback=check_size,
+              help="Model size without --checkpoint: s, xs or xxs (its pretrained model where one ships).")
 @click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
               help="Head size for random weights.")
 @click.option("--out", "out", default="model.onnx", show_default=True, type=click.Path(dir_okay=False),
@@ -34,6 +38,7 @@ FORCE = click.option("--force", is_flag=True, help="Replace artifacts in the out
               help="Calibration images, stratified over the classes.")
 @click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
 @FORCE
+@RANDOM
 @user_errors
 def export(**kw) -> None:
     """Export to ONNX through `to_deploy` (static-shape MoE), check it against PyTorch, make fp16/INT8 variants.
@@ -49,9 +54,12 @@ def export(**kw) -> None:
 @click.option("--size", default=None, callback=check_size, help="Model size s, xs or xxs [default: the checkpoint's, "
                                                            "else xxs].")
 @click.option("--precision", default="fp16", show_default=True, type=click.Choice(PRECISIONS),
-              help="Carried by the ONNX: fp16 casts (norms, softmax, router, head stay fp32) or INT8 Q/DQ.")
+              help="Carried by the ONNX: fp16 casts (norms, softmax, router, head stay fp32; a GPU format, "
+                   "no faster than fp32 on a CPU) or INT8: Q/DQ in TensorRT's recipe for a TensorRT target, "
+                   "integer matmuls for ONNX Runtime (NAME-int8-ort.onnx) for --target onnxruntime.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
-              help="Trained mLiT checkpoint. Without it (and without --onnx) the weights are random.")
+              help="Trained mLiT checkpoint, or pretrained:NAME (mlit-edge pretrained lists them) [default: the "
+                   "size's pretrained model where one ships, else random weights].")
 @click.option("--onnx", type=click.Path(dir_okay=False), default=None,
               help="Build from an exported ONNX (e.g. calibrated on the workstation, copied to the device).")
 @click.option("--target", default="auto", show_default=True,
@@ -89,13 +97,14 @@ def export(**kw) -> None:
 @click.option("--eval/--no-eval", "evaluate", default=True, help="Measure top-1 on the held-out split (default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's sidecar as JSON at the end.")
 @FORCE
+@RANDOM
 @user_errors
 def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
     """Build a deployable artifact: a TensorRT .plan, or the ONNX for ONNX Runtime where TensorRT is absent.
 
     \b
     Examples:
-      mlit-edge build --size xxs --precision fp16                  # random weights, latency work
+      mlit-edge build --size xxs --precision fp16                  # the shipped pretrained mLiT-XXS
       mlit-edge build --checkpoint runs/x/checkpoint.pt --precision int8 --target tensorrt-rtx
       mlit-edge build --onnx mlit-xxs-int8.onnx --target tensorrt  # on the Jetson
 

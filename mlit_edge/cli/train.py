@@ -138,20 +138,24 @@ def eval_(as_json: bool, **kw) -> None:
 @click.option("--out", default="quickstart", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the run, the artifacts and bench.json.")
 @SIZE
-@click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
-@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--train", is_flag=True, help="Train a model from scratch first instead of starting from the "
+                                            "shipped pretrained one.")
+@click.option("--epochs", default=15, show_default=True, type=click.IntRange(min=1), help="With --train.")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="With --train.")
+@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="With --train.")
 @click.option("--batch", "batches", default="1,8", show_default=True, callback=int_list,
               help="Batch sizes to time.")
-@click.option("--duration", "duration_s", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+@click.option("--duration", "duration_s", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds of timed calls per artifact and batch.")
 @click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
-              help="Override a model config field, as for train (e.g. --set depth=4). Repeatable.")
+              help="With --train: override a model config field, as for train (e.g. --set depth=4). Repeatable.")
 @click.option("--progress/--no-progress", default=True)
 @user_errors
 def quickstart(**kw) -> None:
-    """The whole chain in one command on the embedded digits: train briefly, build fp32/fp16/int8, bench
-    them against the PyTorch checkpoint and print the comparison table."""
+    """The whole chain in one command on the embedded digits: from the shipped pretrained mLiT (or, with
+    --train, one trained here), build fp32/fp16/int8, bench them against the PyTorch checkpoint and print
+    the comparison table."""
     from ..bench.report import format_bench
     from ..export.calibration import default_cache_dir
     from ..quickstart import run_quickstart
@@ -159,3 +163,23 @@ def quickstart(**kw) -> None:
     report = run_quickstart(calib_cache=str(default_cache_dir()), log=log, **kw)
     click.echo(format_bench(report))
     log(f"report: {kw['out']}/bench.json")
+
+
+@click.command("pretrained")
+@click.option("--json", "as_json", is_flag=True, help="Print the index as JSON.")
+def pretrained(as_json: bool) -> None:
+    """The pretrained models that ship inside mlit-edge, usable as --checkpoint pretrained:NAME (build
+    without --checkpoint uses its size's one by default)."""
+    from ..train.pretrained import PREFIX, index
+
+    models = index()
+    if as_json:
+        click.echo(json.dumps(models, indent=2))
+        return
+    if not models:
+        click.echo("no pretrained model ships with this install")
+    for name, e in models.items():
+        click.echo(f"{PREFIX}{name}: mLiT-{e['size'].upper()} on {e['dataset']}, {e['params']:,} params, top-1 "
+                   f"{e['top1']:.4f} on {e['test_images']} held-out images, {e['bytes'] / 1e6:.1f} MB, sha256 "
+                   f"{e['sha256'][:16]}...{' (the default for its size)' if e.get('default') else ''}\n"
+                   f"  made by: {e['command']}")

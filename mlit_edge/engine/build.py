@@ -54,6 +54,7 @@ class BuildRequest:
     data_root: str = "data"
     evaluate: bool = True
     force: bool = False  # replace artifacts of another source (checkpoint, random weights) in --out
+    random_weights: bool = False  # no checkpoint: random weights even where a pretrained model ships
 
     def __post_init__(self) -> None:
         choices = {"precision": PRECISIONS, "target": TARGETS, "frontend": FRONTENDS, "opset": OPSETS}
@@ -69,6 +70,8 @@ class BuildRequest:
             raise ValueError("--batch must be at least 1")
         if self.onnx and self.checkpoint:
             raise ValueError("give --checkpoint or --onnx, not both")
+        if self.random_weights and (self.checkpoint or self.onnx):
+            raise ValueError("--random-weights builds without weights: drop --checkpoint / --onnx, or it")
         if self.onnx and self.frontend == "torch-tensorrt":
             raise ValueError("--frontend torch-tensorrt compiles the PyTorch model; it cannot start from --onnx")
         if self.size is not None and self.size != self.size.lower():
@@ -192,8 +195,12 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
         from ..export.source import load_for_export
 
         model, src_record = source or load_for_export(req.checkpoint, req.size or (None if req.checkpoint else "xxs"),
-                                                      req.num_classes)
+                                                      req.num_classes, req.random_weights)
         size, src_precision = src_record["model"]["size"], "fp32"
+        if not req.checkpoint and not src_record["random_weights"]:
+            from ..train.pretrained import describe
+
+            log(f"weights: {describe(src_record['checkpoint'])}; --random-weights builds without them")
     if src_precision not in ("fp32", req.precision):
         raise ValueError(f"--onnx {req.onnx} is {src_precision}; it can only be built as {src_precision} "
                          f"(or pass the fp32 ONNX to make a {req.precision} one)")

@@ -25,6 +25,7 @@ class ExportRequest:
     calib_n: int = 512
     data_root: str = "data"
     force: bool = False  # replace files of another source (checkpoint, random weights)
+    random_weights: bool = False  # no checkpoint: random weights even where a pretrained model ships
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -48,9 +49,13 @@ def run_export(req: ExportRequest, log: Callable[[str], None] = print) -> list[P
     out = Path(req.out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    model, info = load_for_export(req.checkpoint, req.size, req.num_classes)
+    model, info = load_for_export(req.checkpoint, req.size, req.num_classes, req.random_weights)
     if info["random_weights"]:
         log("warning: no --checkpoint, the weights are RANDOM: fine for latency, meaningless for accuracy")
+    elif not req.checkpoint:
+        from ..train.pretrained import describe
+
+        log(f"weights: {describe(info['checkpoint'])}; --random-weights exports without them")
     variants = [p for p in ("fp16", "int8") if p in req.precisions]
     with output_folder(out.parent, log):
         for path in [out] + [variant_path(out, p) for p in variants]:

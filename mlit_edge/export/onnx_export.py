@@ -98,7 +98,8 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
     if worst > limit or not routing_equal:
         raise RuntimeError(f"exported graph disagrees with PyTorch: max abs logit error {worst:.2e} "
                            f"(limit {limit:.1e} = {PARITY_TOL:.0e} x max |logit|), routing equal: {routing_equal}")
-    return {"max_abs_err": worst, "limit": limit, "max_abs_logit": scale, "batches": sizes, "routing_equal": routing_equal if probe else None,
+    return {"max_abs_err": worst, "limit": limit, "max_abs_logit": scale, "batches": sizes,
+            "routing_equal": routing_equal if probe else None,
             "reference": "eval-mode PyTorch model, fp32"}
 
 

@@ -19,11 +19,18 @@ def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str 
             "checkpoint": checkpoint, "checkpoint_sha256": sha256, "random_weights": checkpoint is None}
 
 
-def load_for_export(checkpoint: str | None, size: str | None, num_classes: int = 10) -> tuple[MLiT, dict]:
+def load_for_export(checkpoint: str | None, size: str | None, num_classes: int = 10,
+                    random_weights: bool = False) -> tuple[MLiT, dict]:
     """The classifier to export and what its artifacts record about it.
 
-    Without a checkpoint the weights are random (fine for latency work, meaningless for accuracy).
+    Without a checkpoint a size builds from its shipped pretrained model (`pretrained:NAME`) where one
+    exists for that size and class count; otherwise, or with `random_weights`, the weights are random
+    (fine for latency work, meaningless for accuracy).
     """
+    from ..train.pretrained import default_for
+
+    if not checkpoint and not random_weights and size:
+        checkpoint = default_for(size, num_classes)
     if checkpoint:
         ckpt, sha = read_checkpoint(checkpoint, kind="mlit")
         model = model_from_checkpoint(ckpt)

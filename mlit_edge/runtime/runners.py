@@ -148,7 +148,8 @@ GRAPH_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "ext
 def graph_level(ort, name: str):
     """ONNX Runtime's graph optimisation level for the name a sidecar records."""
     if name not in GRAPH_LEVELS:
-        raise ValueError(f"unknown ONNX Runtime graph optimisation level {name!r}: use one of {', '.join(GRAPH_LEVELS)}")
+        raise ValueError(f"unknown ONNX Runtime graph optimisation level {name!r}: use one of "
+                         f"{', '.join(GRAPH_LEVELS)}")
     return getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[name])
 
 

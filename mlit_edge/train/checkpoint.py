@@ -97,7 +97,12 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     """Read a checkpoint safely; refuse pickles that need code, foreign files and the wrong kind.
 
     `content`: the file's bytes when the caller already read them (to hash exactly what is loaded).
+    `pretrained:NAME` loads a shipped model once its sha256 is checked.
     """
+    from .pretrained import is_pretrained, read_pretrained
+
+    if content is None and is_pretrained(path):
+        path, content = read_pretrained(path)
     path = Path(path)
     if content is None and not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -151,12 +156,18 @@ def _structure_problem(ckpt: dict) -> str | None:
 
 
 def read_checkpoint(path: str | Path, kind: str | None = None) -> tuple[dict, str]:
-    """The checkpoint and the sha256 of the bytes it was loaded from, from one read of the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    content = path.read_bytes()
-    return load_checkpoint(path, kind, content=content), hashlib.sha256(content).hexdigest()
+    """The checkpoint and the sha256 of the bytes it was loaded from, from one read of the file (or of
+    a shipped `pretrained:NAME`, checked against its recorded sha256)."""
+    from .pretrained import is_pretrained, read_pretrained
+
+    if is_pretrained(path):
+        file, content = read_pretrained(path)
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {file} does not exist")
+        content = file.read_bytes()
+    return load_checkpoint(file, kind, content=content), hashlib.sha256(content).hexdigest()
 
 
 def describe(ckpt: dict) -> str:

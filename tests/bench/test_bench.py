@@ -46,7 +46,7 @@ def save_ckpt(model: MLiT, path: Path) -> Path:
 
 
 def export(model: MLiT, path: Path, ckpt: Path | None) -> Path:
-    _, info = load_for_export(str(ckpt), None) if ckpt else load_for_export(None, "xxs", 10)
+    _, info = load_for_export(str(ckpt), None) if ckpt else load_for_export(None, "xxs", 10, random_weights=True)
     export_onnx(model, path, info)
     return path
 

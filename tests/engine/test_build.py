@@ -40,7 +40,7 @@ def tiny_model(seed: int = 0) -> MLiT:
 
 
 def export_tiny(path: Path, seed: int = 0) -> Path:
-    _, info = load_for_export(None, "xxs", 10)
+    _, info = load_for_export(None, "xxs", 10, random_weights=True)
     model = tiny_model(seed)
     info["model"] = {**info["model"], "size": "tiny", "params": sum(p.numel() for p in model.parameters())}
     info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
@@ -298,13 +298,14 @@ def test_build_xxs_fp16_onnxruntime_and_tensorrt_rtx(tmp_path):
     out = tmp_path / "a"
     target = "tensorrt-rtx" if import_trt() is not None else "onnxruntime"
     proc = cli("build", "--size", "xxs", "--precision", "fp16", "--target", target, "--out", out)
-    assert "weights are RANDOM" in proc.stderr
+    assert "weights: pretrained:xxs-mnist5k" in proc.stderr  # the shipped model, not random weights
     rec = read_sidecar(out / "mlit-xxs-fp16.onnx")
-    assert rec["precision"] == "fp16" and rec["random_weights"] and rec["parity"]["top1_agreement"] > 0.9
+    assert rec["precision"] == "fp16" and not rec["random_weights"] and rec["parity"]["top1_agreement"] > 0.99
+    assert rec["accuracy"]["top1"] >= 0.97
     assert read_sidecar(out / "mlit-xxs-fp32.onnx")["parity"]["max_abs_err"] <= 1e-4
     if target == "tensorrt-rtx":
         plan = read_sidecar(out / "mlit-xxs-fp16.plan")
-        assert plan["engine"]["layers"] > 100 and plan["bytes"] > 1e5 and plan["random_weights"]
+        assert plan["engine"]["layers"] > 100 and plan["bytes"] > 1e5 and plan["checkpoint"] == "pretrained:xxs-mnist5k"
 
 
 def test_torch_tensorrt_frontend_missing_is_one_line(tmp_path):

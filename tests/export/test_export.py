@@ -31,7 +31,7 @@ from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 @pytest.fixture(scope="module", params=["xxs", "xs", "s"])
 def exported(request, tmp_path_factory):
     torch.manual_seed(0)
-    model, info = load_for_export(None, request.param, 10)
+    model, info = load_for_export(None, request.param, 10, random_weights=True)
     path = tmp_path_factory.mktemp(request.param) / "model.onnx"
     export_onnx(model, path, info, probe=True)
     return model, path
@@ -87,7 +87,7 @@ def trained(trained_checkpoint, tmp_path_factory):
     """The trained small mLiT, exported with routing outputs and with fp16 and INT8 variants."""
     model, _ = trained_checkpoint
     folder = tmp_path_factory.mktemp("trained")
-    info = load_for_export(None, "xxs", 10)[1]
+    info = load_for_export(None, "xxs", 10, random_weights=True)[1]
     info["model"]["size"] = None
     export_onnx(model, folder / "m.onnx", info, probe=True)
     for precision in ("fp16", "int8"):  # the one function that export and build both use
@@ -134,7 +134,7 @@ def test_precision_variants_keep_router_in_float(trained):
 @pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (pip install 'mlit-edge[trt-check]')")
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_tensorrt_builds_xxs_engines(tmp_path, precision):
-    model, info = load_for_export(None, "xxs", 10)
+    model, info = load_for_export(None, "xxs", 10, random_weights=True)
     export_onnx(model, tmp_path / "m.onnx", info)
     path = tmp_path / "m.onnx"
     if precision == "fp16":
@@ -228,7 +228,7 @@ def test_deploy_graph_is_lean_and_free_of_shape_arithmetic(exported, tmp_path, b
     model, path = exported
     if batch:  # a fixed batch: the same graph with static shapes
         path = tmp_path / "static.onnx"
-        export_onnx(model, path, load_for_export(None, "xxs", 10)[1], batch=batch)
+        export_onnx(model, path, load_for_export(None, "xxs", 10, random_weights=True)[1], batch=batch)
     graph = onnx.load(str(path))
     ops = {n.op_type for n in graph.graph.node}
     assert not ops & {"Shape", "Concat", "Expand", "Range", "ConstantOfShape", "Where"}

@@ -1,0 +1,113 @@
+"""The pretrained models that ship inside the package, trained by the project's own `mlit-edge train`.
+
+Each is a weights-only checkpoint in `mlit_edge/weights/` listed in `index.json` with its sha256,
+the exact command that produced it and its metrics. Anywhere a checkpoint is taken,
+`pretrained:NAME` names one; its bytes are checked against the recorded sha256 before they are
+loaded, so a changed file is refused in one line.
+
+    python -m mlit_edge.train.pretrained RUN_DIR NAME --command "mlit-edge train ..."   # add one (maintainers)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+PREFIX = "pretrained:"
+WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
+INDEX = WEIGHTS / "index.json"
+
+
+class PretrainedError(ValueError):
+    """A pretrained model that does not exist or whose file was changed."""
+
+
+def index() -> dict[str, dict]:
+    """Every shipped pretrained model by name (an empty dict when none ships)."""
+    return json.loads(INDEX.read_text())["models"] if INDEX.is_file() else {}
+
+
+def is_pretrained(spec: str | Path) -> bool:
+    return str(spec).startswith(PREFIX)
+
+
+def default_for(size: str, num_classes: int | None = None) -> str | None:
+    """The `pretrained:NAME` a size builds from when no checkpoint is given (None when none ships)."""
+    for name, entry in index().items():
+        if entry["size"] == size and entry.get("default") and num_classes in (None, len(entry["classes"])):
+            return PREFIX + name
+    return None
+
+
+def entry_of(spec: str | Path) -> dict:
+    name = str(spec).removeprefix(PREFIX)
+    models = index()
+    if name not in models:
+        have = ", ".join(PREFIX + n for n in models) or "none ships with this install"
+        raise PretrainedError(f"{spec}: no such pretrained model ({have}; list them with mlit-edge pretrained)")
+    return models[name]
+
+
+def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
+    """The file and bytes of a pretrained model, once their sha256 matches the recorded one."""
+    entry = entry_of(spec)
+    path = WEIGHTS / entry["file"]
+    try:
+        content = path.read_bytes()
+    except OSError as e:
+        raise PretrainedError(f"{spec}: cannot read {path} ({e.strerror or e}); reinstall mlit-edge") from None
+    if hashlib.sha256(content).hexdigest() != entry["sha256"]:
+        raise PretrainedError(f"{spec}: {path} does not match its recorded sha256 (the file was changed or "
+                              "damaged); reinstall mlit-edge")
+    return path, content
+
+
+def resolve(spec: str | Path) -> str:
+    """A path as given, or the checked file of `pretrained:NAME` (for commands that take files)."""
+    return str(read_pretrained(spec)[0]) if is_pretrained(spec) else str(spec)
+
+
+def describe(spec: str | Path) -> str:
+    """One line for banners: what the model is and how accurate it is."""
+    e = entry_of(spec)
+    return (f"{spec}: mLiT-{e['size'].upper()} trained on {e['dataset']} by mlit-edge, top-1 {e['top1']:.4f} on "
+            f"{e['test_images']} held-out images (sha256 {e['sha256'][:12]})")
+
+
+def add(run_dir: str | Path, name: str, command: str, default: bool = True) -> dict:
+    """Ship the checkpoint of a finished training run as pretrained NAME: weights, config and data only."""
+    import torch
+
+    from .checkpoint import load_checkpoint, make_checkpoint, model_from_checkpoint, save_atomic
+    from .eval_checkpoint import evaluate_checkpoint
+
+    run_dir = Path(run_dir)
+    ckpt = load_checkpoint(run_dir / "checkpoint.pt", kind="mlit")
+    model = model_from_checkpoint(ckpt)
+    lean = make_checkpoint("mlit", model, model.cfg, ckpt["size"], ckpt["data"], epoch=ckpt["epoch"],
+                           metrics={k: ckpt["metrics"][k] for k in ("epoch", "test", "routing")})
+    WEIGHTS.mkdir(exist_ok=True)
+    path = WEIGHTS / f"{name}.pt"
+    save_atomic(lean, path)
+    result = evaluate_checkpoint(str(path))
+    models = index()
+    models[name] = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    "bytes": path.stat().st_size, "size": ckpt["size"], "dataset": ckpt["data"]["name"],
+                    "classes": ckpt["data"]["classes"], "params": sum(p.numel() for p in model.parameters()),
+                    "top1": result["top1"], "test_images": result["images"], "epochs": ckpt["epoch"],
+                    "gating": {k: getattr(model.cfg, k) for k in ("gate_init", "noise_schedule")},
+                    "expert_shares": result["routing"]["clean"], "command": command, "default": default,
+                    "torch": torch.__version__}
+    INDEX.write_text(json.dumps({"format": "mlit-edge-pretrained", "models": models}, indent=1) + "\n")
+    return models[name]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Ship a finished training run as a pretrained model.")
+    ap.add_argument("run_dir")
+    ap.add_argument("name")
+    ap.add_argument("--command", required=True, help="the exact command that trained it")
+    args = ap.parse_args()
+    print(json.dumps(add(args.run_dir, args.name, args.command), indent=1))
