@@ -227,13 +227,16 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
                 "PyTorch")
             evaluate = req.evaluate and req.precision == "fp32"  # a variant's own accuracy is what counts
             rec = export_onnx(model, fp32, src_record, opset=req.opset, batch=req.batch,
-                              measure=lambda tmp, r: measure(tmp, r, None, evaluate, req.data_root, log))
+                              measure=lambda tmp, r: measure(tmp, r, None, evaluate, req.data_root, log, step=None))
             log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
         # 2-3. the precision variant, measured before it is published
         coverage = reused = None
         if src_precision == req.precision:
             final = fp32
             log(f"[2/4] {req.precision}: the source already carries it")
+            top1 = (read_sidecar(fp32).get("accuracy") or {}).get("top1")
+            log(f"[3/4] top-1 measured on export: {top1:.4f}" if top1 is not None else
+                "[3/4] accuracy not measured (random weights, --no-eval, or no dataset recorded)")
         else:
             from ..export.calibration import resolve_recipe
             from ..export.variants import make_variant

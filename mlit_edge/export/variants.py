@@ -59,9 +59,11 @@ def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root
 
 
 def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
-            log: Callable[[str], None] = print) -> dict:
+            log: Callable[[str], None] = print, step: str | None = "[3/4]") -> dict:
     """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
-    for a reduced precision, and `accuracy` on the held-out split of its dataset."""
+    for a reduced precision, and `accuracy` on the held-out split of its dataset.
+
+    `step` prefixes the accuracy line; None measures silently what is not asked (an intermediate file)."""
     out = {}
     dataset = (record.get("preprocess") or {}).get("dataset")
     if model is not None and record.get("precision") != "fp32":
@@ -75,11 +77,12 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
         log(routing_report(parity, record["precision"]))
     if evaluate and dataset and not record.get("random_weights"):
         out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root)
-        log(f"[3/4] top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): {acc['top1']:.4f}")
-    else:
+        log(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): "
+            f"{acc['top1']:.4f}")
+    elif step is not None:
         why = ("random weights" if record.get("random_weights") else "no dataset recorded" if not dataset else
                "--no-eval")
-        log(f"[3/4] accuracy skipped ({why})")
+        log(f"{step} accuracy skipped ({why})")
     return out
 
 
