@@ -106,7 +106,7 @@ def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
 
 
 def test_pretrain_then_finetune_on_embedded_data(tmp_path):
-    cli("pretrain", *TINY, "--epochs", "3", "--batch-size", "200", "--lr", "2e-3", "--no-progress", "--out",
+    cli("pretrain", *TINY, "--epochs", "2", "--batch-size", "200", "--lr", "2e-3", "--no-progress", "--out",
         tmp_path / "pre", timeout=600)
     rows = [json.loads(line) for line in (tmp_path / "pre" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["train"]["loss"] < rows[0]["train"]["loss"]
