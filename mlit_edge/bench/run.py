@@ -103,11 +103,19 @@ def _peek(path: str) -> dict:
 def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     """Bench every artifact; returns the JSON-able report (rows, per-artifact details, environment)."""
     from ..runtime.trt_env import verify_plan
-    from ..train.pretrained import is_pretrained, resolve
+    from ..train.pretrained import is_pretrained, read_pretrained
 
     if not paths:
         raise ValueError("give at least one artifact (.plan, .onnx or .pt)")
-    paths = [resolve(p) for p in paths]  # pretrained:NAME -> its checked file
+    checked: dict[str, bytes] = {}  # the bytes of each pretrained:NAME, read and hashed once
+
+    def resolve(spec: str) -> str:  # pretrained:NAME -> its checked file
+        if not is_pretrained(spec):
+            return str(spec)
+        file, checked[str(file)] = read_pretrained(spec)
+        return str(file)
+
+    paths = [resolve(p) for p in paths]
     for p in paths:
         if not Path(p).exists():
             raise FileNotFoundError(f"{p} does not exist")
@@ -122,7 +130,7 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
                          and (is_pretrained(r["checkpoint"]) or Path(r["checkpoint"]).is_file())), None)
     ref = None
     if ref_path:
-        content = Path(ref_path).read_bytes()  # one read of the reference for this whole command
+        content = checked.get(ref_path) or Path(ref_path).read_bytes()  # one read of the reference per command
         runner, record = open_artifact(ref_path, cfg.runner_options(routing=True), content)
         ref = Reference(str(ref_path), record)
         peeks[ref_path] = record

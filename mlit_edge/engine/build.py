@@ -21,11 +21,6 @@ from ..runtime.trt_env import import_trt, local_env
 from . import FRONTENDS, TARGETS
 from .builder import BuildOptions, engine_record, write_plan
 
-RANDOM_WARNING = """\
-!!! ------------------------------------------------------------------------------------------ !!!
-!!! No --checkpoint: the weights are RANDOM. This artifact is good for latency and memory work  !!!
-!!! only; its predictions are meaningless. Pass --checkpoint runs/.../checkpoint.pt for a model. !!!
-!!! ------------------------------------------------------------------------------------------ !!!"""
 
 
 @dataclass(frozen=True)
@@ -197,18 +192,17 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
         model, src_record = source or load_for_export(req.checkpoint, req.size or (None if req.checkpoint else "xxs"),
                                                       req.num_classes, req.random_weights)
         size, src_precision = src_record["model"]["size"], "fp32"
-        if not req.checkpoint and not src_record["random_weights"]:
-            from ..train.pretrained import describe
-
-            log(f"weights: {describe(src_record['checkpoint'])}; --random-weights builds without them")
     if src_precision not in ("fp32", req.precision):
         raise ValueError(f"--onnx {req.onnx} is {src_precision}; it can only be built as {src_precision} "
                          f"(or pass the fp32 ONNX to make a {req.precision} one)")
     if src_precision != req.precision and req.precision == "int8" and runtime == "tensorrt" and not torch_available():
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
-    if src_record.get("random_weights"):
-        log(RANDOM_WARNING)
+    from ..train.pretrained import weights_banner
+
+    banner = weights_banner(src_record, bool(req.checkpoint or req.onnx))
+    if banner:
+        log(banner)
     stem = artifact_stem(req.onnx) if req.onnx else f"mlit-{size}"
     with output_folder(req.out, log) as out:
         for path in _plan_outputs(req, out, stem, src_precision, runtime):
@@ -234,9 +228,6 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
         if src_precision == req.precision:
             final = fp32
             log(f"[2/4] {req.precision}: the source already carries it")
-            top1 = (read_sidecar(fp32).get("accuracy") or {}).get("top1")
-            log(f"[3/4] top-1 measured on export: {top1:.4f}" if top1 is not None else
-                "[3/4] accuracy not measured (random weights, --no-eval, or no dataset recorded)")
         else:
             from ..export.calibration import resolve_recipe
             from ..export.variants import make_variant
@@ -248,6 +239,10 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
                                    runtime=runtime)
             final, coverage, reused = variant.path, variant.coverage, variant.calibration_reused
         record = read_sidecar(final)
+        if final == fp32:
+            top1 = (record.get("accuracy") or {}).get("top1")
+            log(f"[3/4] top-1 measured on export: {top1:.4f}" if top1 is not None else
+                "[3/4] accuracy not measured (random weights, --no-eval, or no dataset recorded)")
         notes = [note] if note else []
         if target == "onnxruntime":
             log(f"[4/4] artifact for ONNX Runtime: {final} (+ {final.name}.json)")

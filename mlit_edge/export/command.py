@@ -44,18 +44,16 @@ def run_export(req: ExportRequest, log: Callable[[str], None] = print) -> list[P
     from ..runtime.outputs import guard_replace, output_folder
     from .calibration import resolve_recipe
     from .onnx_export import export_onnx
+    from ..train.pretrained import weights_banner
     from .source import load_for_export
 
     out = Path(req.out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
     model, info = load_for_export(req.checkpoint, req.size, req.num_classes, req.random_weights)
-    if info["random_weights"]:
-        log("warning: no --checkpoint, the weights are RANDOM: fine for latency, meaningless for accuracy")
-    elif not req.checkpoint:
-        from ..train.pretrained import describe
-
-        log(f"weights: {describe(info['checkpoint'])}; --random-weights exports without them")
+    banner = weights_banner(info, bool(req.checkpoint))
+    if banner:
+        log(banner)
     variants = [p for p in ("fp16", "int8") if p in req.precisions]
     with output_folder(out.parent, log):
         for path in [out] + [variant_path(out, p) for p in variants]:

@@ -69,20 +69,20 @@ class Routing(NamedTuple):
     noise_std: Tensor | None  # (T,) mean noise std over the experts; None without W_noise
 
 
-def routing_health(clean: Tensor, noise_std: Tensor | None, k: int, noisy: Tensor | None = None,
+def routing_health(clean: Tensor, noise_std: Tensor | None, k: int, noisy_i: Tensor | None = None,
                    seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """(clean top-k, noisy top-k, margin, mean noise std) of clean logits (T, E) and their noise std
-    (T, E). Without `noisy` one draw is made from a private generator, so statistics never move the
-    training's random streams."""
+    (T, E). `noisy_i`: the training draw's top-k when there is one; else one draw is made from a
+    private generator, so statistics never move the training's random streams."""
     top = clean.topk(min(k + 1, clean.shape[-1]), dim=-1)
     margin = top.values[:, k - 1] - top.values[:, k] if clean.shape[-1] > k else clean.new_full(clean.shape[:1],
                                                                                                math.inf)
     if noise_std is None:
         return top.indices[:, :k], top.indices[:, :k], margin, None
-    if noisy is None:
+    if noisy_i is None:
         gen = torch.Generator(device=clean.device).manual_seed(seed)
-        noisy = clean + torch.randn(clean.shape, generator=gen, device=clean.device) * noise_std
-    return top.indices[:, :k], noisy.topk(k, dim=-1).indices, margin, noise_std.mean(-1)
+        noisy_i = (clean + torch.randn(clean.shape, generator=gen, device=clean.device) * noise_std).topk(k).indices
+    return top.indices[:, :k], noisy_i, margin, noise_std.mean(-1)
 
 
 class NoisyTopKGate(nn.Module):
@@ -130,5 +130,5 @@ class NoisyTopKGate(nn.Module):
         loss = (self.w_importance * coefficient_of_variation(importance, self.squared)
                 + self.w_load * coefficient_of_variation(load, self.squared))
         with torch.no_grad():
-            clean_i, noisy_i, margin, mean_std = routing_health(clean, noise_std, self.k, noisy if use_noise else None)
+            clean_i, noisy_i, margin, mean_std = routing_health(clean, noise_std, self.k, top_i if use_noise else None)
         return Routing(gates, top_i, loss, clean_i, noisy_i, margin, mean_std)

@@ -99,16 +99,11 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     `content`: the file's bytes when the caller already read them (to hash exactly what is loaded).
     `pretrained:NAME` loads a shipped model once its sha256 is checked.
     """
-    from .pretrained import is_pretrained, read_pretrained
-
-    if content is None and is_pretrained(path):
-        path, content = read_pretrained(path)
+    if content is None:
+        path, content = read_bytes(path)
     path = Path(path)
-    if content is None and not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        ckpt = torch.load(io.BytesIO(content) if content is not None else path, map_location=map_location,
-                          weights_only=True)
+        ckpt = torch.load(io.BytesIO(content), map_location=map_location, weights_only=True)
     except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
@@ -158,16 +153,20 @@ def _structure_problem(ckpt: dict) -> str | None:
 def read_checkpoint(path: str | Path, kind: str | None = None) -> tuple[dict, str]:
     """The checkpoint and the sha256 of the bytes it was loaded from, from one read of the file (or of
     a shipped `pretrained:NAME`, checked against its recorded sha256)."""
+    file, content = read_bytes(path)
+    return load_checkpoint(file, kind, content=content), hashlib.sha256(content).hexdigest()
+
+
+def read_bytes(path: str | Path) -> tuple[Path, bytes]:
+    """The file a checkpoint spec names and its bytes: a path, or `pretrained:NAME` once its sha256 matches."""
     from .pretrained import is_pretrained, read_pretrained
 
     if is_pretrained(path):
-        file, content = read_pretrained(path)
-    else:
-        file = Path(path)
-        if not file.is_file():
-            raise CheckpointError(f"checkpoint {file} does not exist")
-        content = file.read_bytes()
-    return load_checkpoint(file, kind, content=content), hashlib.sha256(content).hexdigest()
+        return read_pretrained(path)
+    file = Path(path)
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {file} does not exist")
+    return file, file.read_bytes()
 
 
 def describe(ckpt: dict) -> str:

@@ -18,6 +18,13 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 INDEX = WEIGHTS / "index.json"
 
 
+RANDOM_WARNING = """\
+!!! ------------------------------------------------------------------------------------------ !!!
+!!! No --checkpoint: the weights are RANDOM. This artifact is good for latency and memory work  !!!
+!!! only; its predictions are meaningless. Pass --checkpoint runs/.../checkpoint.pt for a model. !!!
+!!! ------------------------------------------------------------------------------------------ !!!"""
+
+
 class PretrainedError(ValueError):
     """A pretrained model that does not exist or whose file was changed."""
 
@@ -62,16 +69,21 @@ def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
     return path, content
 
 
-def resolve(spec: str | Path) -> str:
-    """A path as given, or the checked file of `pretrained:NAME` (for commands that take files)."""
-    return str(read_pretrained(spec)[0]) if is_pretrained(spec) else str(spec)
-
-
 def describe(spec: str | Path) -> str:
     """One line for banners: what the model is and how accurate it is."""
     e = entry_of(spec)
     return (f"{spec}: mLiT-{e['size'].upper()} trained on {e['dataset']} by mlit-edge, top-1 {e['top1']:.4f} on "
             f"{e['test_images']} held-out images (sha256 {e['sha256'][:12]})")
+
+
+def weights_banner(record: dict, checkpoint_given: bool) -> str | None:
+    """What a build or export says about its weights: the random-weights warning, or the shipped
+    pretrained model it took for want of a checkpoint; None when the user named the source."""
+    if record.get("random_weights"):
+        return RANDOM_WARNING
+    if checkpoint_given:
+        return None
+    return f"weights: {describe(record['checkpoint'])}; --random-weights gives random weights instead"
 
 
 def add(run_dir: str | Path, name: str, command: str, default: bool = True) -> dict:
