@@ -1,16 +1,20 @@
 """Training-step throughput of mLiT, side by side in one run: the previous release against today's.
 
 Every variant is the same model with the same weights and the same batch:
-- "before": the previous release's computation: three attention projections, K/V heads repeated
-  with repeat_interleave, then PyTorch's attention kernel; the dense MoE with W and V as two
-  matmuls and the gates applied after the shared V;
-- "after": today's model (one fused QKV projection, `enable_gqa`, no repeated heads);
-- "after, torch.compile" (with --compile): today's model through torch.compile;
+- "before": the previous release's step: three attention projections, K/V heads repeated with
+  repeat_interleave, then PyTorch's attention kernel; the dense MoE with W and V as two matmuls
+  and the gates applied after the shared V; fp32; AdamW's per-tensor loop;
+- "after": today's model (one fused QKV projection, `enable_gqa`, no repeated heads, fused W|V)
+  and today's optimizer (`train.loop.make_optimizer`: fused AdamW), fp32;
+- "after, bf16 autocast": the same under the autocast that `mlit-edge train --amp auto` picks on
+  this machine (bf16 on a CPU with AMX; fp16 on CUDA; the row is absent where auto means fp32);
+- "after, torch.compile" and "after, bf16 + compile" (with --compile): the two through torch.compile,
+  the latter being what `mlit-edge train --compile` runs on an AMX CPU;
 - "per-expert dispatch": today's model with the reference MoE that gathers each expert's tokens.
 Rounds alternate between the variants so that machine noise hits them alike; the report is images
 per second and the ratio to "before". The MoE layer alone is timed the same way (dense vs dispatch).
 
-    python benchmarks/train_throughput.py --size xxs --batch 32 [--compile]
+    python benchmarks/train_throughput.py --size xxs --batch 32 [--compile] [--amp auto|bf16|off]
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ from torch import nn
 
 from mlit_edge.model.mlit import create_model
 from mlit_edge.model.moe import MoE
+from mlit_edge.train.fit import amp_dtype
+from mlit_edge.train.loop import autocast, make_optimizer
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 class RepeatedKVAttention(nn.Module):
@@ -70,10 +78,12 @@ def before(model: nn.Module) -> nn.Module:
     return old
 
 
-def step_time(model, opt, x, y, sparse: bool) -> float:
+def step_time(model, opt, dtype, sparse: bool, x, y) -> float:
+    """One training step as `train.loop` makes it: forward under autocast, fp32 loss, backward, AdamW."""
     start = time.perf_counter()
-    logits, aux = model(x, return_aux=True, sparse=sparse)
-    loss = F.cross_entropy(logits, y) + aux.loss
+    with autocast(x.device, dtype):
+        logits, aux = model(x, return_aux=True, sparse=sparse)
+    loss = F.cross_entropy(logits.float(), y) + aux.loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -116,6 +126,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per round")
     ap.add_argument("--compile", action="store_true", help="also time today's model through torch.compile")
+    ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "fp16", "off"],
+                    help="the low-precision variants: what `mlit-edge train --amp` would use (auto: bf16 on a CPU "
+                         "with AMX, fp16 on CUDA, none elsewhere)")
     ap.add_argument("--no-layers", action="store_true", help="skip the MoE-layer-alone section")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--json", default=None, help="also write the results here")
@@ -126,25 +139,33 @@ def main() -> None:
     base = create_model(args.size, num_classes=10).to(device).train()
     if base.cfg.shared != ("v", "w2"):
         raise SystemExit("the previous release's MoE is reproduced for the paper's sharing (V and W2) only")
-    models = {"before": before(base), "after": copy.deepcopy(base), "per-expert dispatch": copy.deepcopy(base)}
-    calls = {name: m for name, m in models.items()}
+    low = amp_dtype("auto", device) if args.amp == "auto" else amp_dtype(args.amp, device)
+    # name -> (model, dtype, compiled, per-expert dispatch); "before" also keeps the previous optimizer loop
+    plan = {"before": (before(base), None, False, False), "after": (copy.deepcopy(base), None, False, False),
+            "per-expert dispatch": (copy.deepcopy(base), None, False, True)}
+    if low is not None:
+        plan[f"after, {DTYPE_NAMES[low]} autocast"] = (copy.deepcopy(base), low, False, False)
     if args.compile:
-        models["after, torch.compile"] = copy.deepcopy(base)
-        calls["after, torch.compile"] = torch.compile(models["after, torch.compile"])
-    sparse = {name: name == "per-expert dispatch" for name in models}
-    opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
+        plan["after, torch.compile"] = (copy.deepcopy(base), None, True, False)
+        if low is not None:
+            plan[f"after, {DTYPE_NAMES[low]} + compile"] = (copy.deepcopy(base), low, True, False)
+    variants = {}
+    for name, (model, dtype, compiled, sparse) in plan.items():
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95)) if name == "before" else \
+            make_optimizer(list(model.parameters()), 1e-4, device)
+        variants[name] = (torch.compile(model) if compiled else model, opt, dtype, sparse)
     x = torch.randn(args.batch, 3, 36, 36, device=device)
     y = torch.randint(0, 10, (args.batch,), device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for name in models:  # warm-up (and compilation)
+    for name, v in variants.items():  # warm-up (and compilation)
         for _ in range(2):
-            step_time(calls[name], opts[name], x, y, sparse[name])
-    times: dict[str, list[float]] = {name: [] for name in models}
+            step_time(*v, x, y)
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name in models:
+        for name, v in variants.items():
             sync()
             for _ in range(args.steps):
-                times[name].append(step_time(calls[name], opts[name], x, y, sparse[name]))
+                times[name].append(step_time(*v, x, y))
             sync()
     rows = {name: {"median_step_s": statistics.median(t), "img_per_s": args.batch / statistics.median(t)}
             for name, t in times.items()}

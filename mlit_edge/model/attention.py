@@ -4,6 +4,9 @@ GQA-1 is multi-query attention, GQA-H is multi-head attention. [paper] no bias o
 [ours] Q, K and V come from one fused projection, and PyTorch's attention kernel reads each group's
 key/value head for its H/G query heads itself (`enable_gqa`), so repeated K/V heads are never
 materialised; both are exactly the paper's separate projections and repeated heads.
+Under bf16 autocast on a CPU, PyTorch's CPU attention kernel is several times slower in bf16 than in
+fp32 (its backward most), so it runs in fp32 there; under torch.compile two plain matmuls
+(`_grouped_matmul_attention`) are faster still, as bf16 matmuls use AMX and the softmax is fused.
 Letters: B batch, N tokens, D embedding size, H query heads, G key/value heads, C head size.
 """
 from __future__ import annotations
@@ -48,6 +51,26 @@ class Attention(nn.Module):
         k = k.view(B, N, G, C).transpose(1, 2)  # (B, G, N, C)
         v = v.view(B, N, G, C).transpose(1, 2)  # (B, G, N, C)
         drop = self.attn_dropout if self.training else 0.0
-        # query head h reads key/value head h // (H/G): consecutive heads form a group
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, enable_gqa=G != H)  # (B, H, N, C)
+        cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+        if cpu_autocast and torch.compiler.is_compiling():
+            out = _grouped_matmul_attention(q, k, v, drop, self.training)  # bf16 matmuls, a fused softmax
+        elif cpu_autocast:
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), dropout_p=drop,
+                                                     enable_gqa=G != H).to(q.dtype)
+        else:
+            # query head h reads key/value head h // (H/G): consecutive heads form a group
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, enable_gqa=G != H)  # (B, H, N, C)
         return self.proj(out.transpose(1, 2).reshape(B, N, D))  # (B, N, D)
+
+
+def _grouped_matmul_attention(q: Tensor, k: Tensor, v: Tensor, drop: float, training: bool) -> Tensor:
+    """softmax(q k^T / sqrt(C)) v for q (B, H, N, C) and k, v (B, G, N, C) as two matmuls, the H/G query
+    heads of a group stacked along the sequence so that each matmul meets its key/value head once.
+    The softmax runs in fp32. Exactly what `scaled_dot_product_attention(..., enable_gqa=True)` computes."""
+    B, H, N, C = q.shape
+    G = k.shape[1]
+    q = (q * C**-0.5).reshape(B, G, (H // G) * N, C)  # head h = g * (H/G) + r, so its rows stay in group g
+    attn = (q @ k.transpose(-1, -2)).float().softmax(dim=-1).to(v.dtype)  # (B, G, R*N, N)
+    attn = F.dropout(attn, drop, training) if drop else attn
+    return (attn @ v).view(B, H, N, C)  # (B, H, N, C)

@@ -14,6 +14,7 @@ from typing import Sequence
 SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
 GATE_INITS = ("default", "zero")
 NOISE_SCHEDULES = ("constant", "cosine")
+POS_INITS = ("normal", "sincos")
 # the gatings of the routing ablation by name (README, "Routing health"); `--gating NAME` applies one
 GATINGS: dict[str, dict] = {
     "paper": {"gate_init": "default", "noise_schedule": "constant"},
@@ -21,7 +22,7 @@ GATINGS: dict[str, dict] = {
     "annealed": {"gate_init": "default", "noise_schedule": "cosine"},
 }
 TRAINING_ONLY = ("noisy_gating", "noise_eps", "gate_init", "noise_schedule", "balance", "w_importance", "w_load",
-                 "moe_dropout", "head_dropout", "drop_path")  # fields that do not change the deployed model
+                 "moe_dropout", "head_dropout", "drop_path", "pos_init")  # fields that do not change the deployed model
 
 
 def _is(value, kind) -> bool:
@@ -85,6 +86,10 @@ class MLiTConfig:
     moe_dropout: float = 0.0  # [paper] dropout on each MoE output; rate [ours]
     head_dropout: float = 0.0  # [recon] LN -> dummy token -> dropout -> Linear; rate [ours]
     drop_path: float = 0.0  # [ours] stochastic depth, max rate at the last layer
+    # [ours] initial value of the learnable positions [paper]: N(0, 0.02) truncated, as timm ("normal"), or
+    # MAE's fixed 2-D sin-cos table ("sincos"), which learns the digits several times faster in the first
+    # epochs (README, "Training"); "normal" stays the default because the shipped model was trained with it
+    pos_init: str = "normal"
 
     def __post_init__(self) -> None:
         _check_fields(self, positive=("img_size", "patch_size", "in_chans", "dim", "depth", "heads", "groups",
@@ -111,6 +116,10 @@ class MLiTConfig:
             problems.append(f"balance={self.balance!r}: must be 'cv' or 'cv2'")
         if self.gate_init not in GATE_INITS:
             problems.append(f"gate_init={self.gate_init!r}: must be one of {GATE_INITS}")
+        if self.pos_init not in POS_INITS:
+            problems.append(f"pos_init={self.pos_init!r}: must be one of {POS_INITS}")
+        elif self.pos_init == "sincos" and self.dim % 4:
+            problems.append(f"pos_init='sincos' needs dim divisible by 4, got {self.dim}")
         if self.noise_schedule not in NOISE_SCHEDULES:
             problems.append(f"noise_schedule={self.noise_schedule!r}: must be one of {NOISE_SCHEDULES}")
         if problems:

@@ -16,6 +16,19 @@ from .gating import Routing
 from .moe import MoE
 
 
+def sincos_positions(dim: int, grid: int) -> Tensor:
+    """MAE's 2-D sin-cos position table for a grid x grid patch layout in row-major order: (grid*grid, dim),
+    half the channels for the row, half for the column, each half sin then cos at dim/4 frequencies."""
+    omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))  # (dim/4,)
+    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64),
+                                indexing="ij")
+    parts = []
+    for pos in (rows.flatten(), cols.flatten()):
+        angle = pos[:, None] * omega[None]  # (grid*grid, dim/4)
+        parts += [angle.sin(), angle.cos()]
+    return torch.cat(parts, dim=1).float()
+
+
 class DropPath(nn.Module):
     """Stochastic depth: drop a residual branch for whole samples during training."""
 
@@ -81,7 +94,11 @@ class MLiT(nn.Module):
         # [paper] linear patch projection without bias; a stride-p conv is exactly that.
         self.patch_embed = nn.Conv2d(cfg.in_chans, cfg.dim, cfg.patch_size, stride=cfg.patch_size, bias=False)
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_tokens, cfg.dim))  # [paper] learnable
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)  # [ours] as timm/MAE
+        if cfg.pos_init == "sincos":  # [ours] MAE's table as the starting point; the dummy token starts at 0
+            with torch.no_grad():
+                self.pos_embed[0, :-1] = sincos_positions(cfg.dim, cfg.grid)
+        else:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)  # [ours] as timm
         self.blocks = blocks_from_config(cfg)
         self.norm = nn.LayerNorm(cfg.dim)
         self.head_drop = nn.Dropout(cfg.head_dropout)

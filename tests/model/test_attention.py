@@ -61,3 +61,26 @@ def test_a_checkpoint_with_separate_q_k_v_loads_into_the_fused_projection():
 def test_groups_must_divide_heads():
     with pytest.raises(ValueError, match="groups"):
         Attention(36, 6, 4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 6])
+def test_grouped_matmul_attention_is_the_kernel_s_attention(groups):
+    """The two-matmul form that compiled CPU bf16 training uses computes what the kernel computes."""
+    from mlit_edge.model.attention import _grouped_matmul_attention
+
+    q, k, v = torch.randn(2, 6, 7, 5), torch.randn(2, groups, 7, 5), torch.randn(2, groups, 7, 5)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=groups != 6)
+    torch.testing.assert_close(_grouped_matmul_attention(q, k, v, 0.0, False), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_cpu_bf16_autocast_runs_the_attention_kernel_in_fp32():
+    """Under CPU bf16 autocast the projections are bf16 but the attention itself is fp32: the result is
+    as close to the fp32 reference as bf16 projections allow, and gradients reach every weight."""
+    attn = Attention(36, 6, 3).eval()
+    x = torch.randn(2, 7, 36)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), reference_gqa(attn, x), atol=3e-2, rtol=3e-2)
+    out.float().square().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in attn.parameters())

@@ -84,3 +84,24 @@ def test_drop_path_is_identity_in_eval(tiny_cfg):
     x = torch.randn(2, 3, 12, 12)
     with torch.no_grad():
         assert torch.equal(model(x), model(x))
+
+
+def test_sincos_position_init_is_mae_s_table_and_the_default_is_unchanged(tiny_cfg):
+    """`pos_init="sincos"` starts the learnable positions at MAE's 2-D sin-cos table (row-major patches, the
+    dummy token at zero); the default stays timm's N(0, 0.02), with which the shipped model was trained."""
+    from mlit_edge.model.mlit import sincos_positions
+
+    table = sincos_positions(8, 3)  # 3x3 grid, 2 frequencies per half
+    assert table.shape == (9, 8)
+    row1_col2 = 1 * 3 + 2
+    omega = torch.tensor([1.0, 0.01])
+    expected = torch.cat([torch.sin(1 * omega), torch.cos(1 * omega), torch.sin(2 * omega), torch.cos(2 * omega)])
+    torch.testing.assert_close(table[row1_col2], expected)
+    model = MLiT(tiny_cfg.replace(pos_init="sincos"))
+    assert torch.equal(model.pos_embed[0, :-1], sincos_positions(tiny_cfg.dim, tiny_cfg.grid))
+    assert torch.equal(model.pos_embed[0, -1], torch.zeros(tiny_cfg.dim)) and model.pos_embed.requires_grad
+    assert 0.01 < MLiT(tiny_cfg).pos_embed.std() < 0.03
+    with pytest.raises(ValueError, match="pos_init"):
+        tiny_cfg.replace(pos_init="learned")
+    with pytest.raises(ValueError, match="divisible by 4"):
+        tiny_cfg.replace(pos_init="sincos", dim=18, heads=2)

@@ -151,3 +151,21 @@ def test_existing_run_is_not_overwritten_and_wrong_resume_is_refused(tmp_path):
     proc = cli("finetune", "--from", run / "checkpoint.pt", "--out", tmp_path / "ft", check=False)
     assert proc.returncode != 0 and "mmLiT pre-training checkpoint is needed" in proc.stderr
     assert (run / "checkpoint.pt").read_bytes() == before
+
+
+def test_a_checkpoint_written_before_a_config_field_existed_still_resumes(tiny_cfg, tmp_path):
+    """A field added later (here `pos_init`) is missing from an older checkpoint's config: resuming compares it
+    at its default, while a real difference is still refused."""
+    from types import SimpleNamespace
+
+    from mlit_edge.train import checkpoint as ck
+    from mlit_edge.train.fit import _check_resume
+
+    old = ck.config_to_dict(tiny_cfg)
+    del old["pos_init"]
+    data = SimpleNamespace(name="mnist5k")
+    _check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit", tiny_cfg, "xxs", data,
+                  tmp_path / "checkpoint.pt")
+    with pytest.raises(ck.CheckpointError, match="holds a"):
+        _check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit",
+                      tiny_cfg.replace(pos_init="sincos"), "xxs", data, tmp_path / "checkpoint.pt")

@@ -58,3 +58,33 @@ def test_noise_schedules():
     assert noise_scale_at(0, 100, "constant") == noise_scale_at(99, 100, "constant") == 1.0
     assert noise_scale_at(0, 100, "cosine") == 1.0 and noise_scale_at(99, 100, "cosine") == pytest.approx(0.0)
     assert noise_scale_at(50, 101, "cosine") == pytest.approx(0.5)
+
+
+def test_the_optimizer_is_fused_adamw_with_the_documented_betas_and_the_same_update():
+    from mlit_edge.train.loop import make_optimizer
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    fused = make_optimizer(list(a.parameters()), 1e-2, torch.device("cpu"))
+    plain = torch.optim.AdamW(b.parameters(), lr=1e-2, betas=(0.9, 0.95))
+    assert fused.defaults["fused"] and fused.defaults["betas"] == (0.9, 0.95)
+    x = torch.randn(16, 8)
+    for _ in range(3):
+        for model, opt in ((a, fused), (b, plain)):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_auto_mixed_precision_is_bf16_on_a_cpu_only_with_amx(monkeypatch, amx):
+    from mlit_edge.train import fit
+
+    monkeypatch.setattr(fit, "cpu_has_amx", lambda: amx)
+    assert fit.amp_dtype("auto", torch.device("cpu")) == (torch.bfloat16 if amx else None)
+    assert fit.amp_dtype("off", torch.device("cpu")) is None
+    assert fit.amp_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    assert fit.amp_dtype("auto", torch.device("cuda")) == torch.float16
