@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Callable
 
 
-def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: bool = False, epochs: int = 15,
+def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: bool = False, epochs: int = 10,
                    batch_size: int = 32, lr: float = 1e-3, batches: tuple[int, ...] = (1, 8), duration_s: float = 0.5,
                    progress: bool = True, calib_cache: str | None = None, overrides: dict | None = None,
                    log: Callable[[str], None] = print) -> dict:
     """Run the chain; returns the bench report (also written to OUT/bench.json, with per-call samples).
 
-    `overrides` are MLiTConfig fields, as `train --set` takes them (with `train` only).
+    `overrides` are MLiTConfig fields, as `train --set` takes them (with `train` only). Training follows the
+    README's from-scratch recipe: positions start at the sin-cos table unless `overrides` say otherwise.
     """
     from .engine.build import BuildRequest, run_build
     from .export.source import load_for_export
@@ -68,5 +69,6 @@ def _train(run_dir: Path, size: str, epochs: int, batch_size: int, lr: float, pr
     else:
         log(f"== 1/3 train mLiT-{size.upper()} on the embedded MNIST digits for {epochs} epochs (CPU is fine)")
         fit(RunConfig(task="train", size=size, data="mnist5k", out=str(run_dir), epochs=epochs, batch_size=batch_size,
-                      lr=lr, resume=ckpt.is_file(), progress=progress, overrides=dict(overrides or {})), log=log)
+                      lr=lr, resume=ckpt.is_file(), progress=progress,
+                      overrides={"pos_init": "sincos", **(overrides or {})}), log=log)
     return ckpt
