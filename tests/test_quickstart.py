@@ -33,6 +33,9 @@ def test_quickstart_chain_on_a_tiny_model(tmp_path):
     assert by["fp32/torch"]["accuracy"]["top1_delta"] == 0.0
     assert 0.0 <= by["int8/onnxruntime"]["accuracy"]["top1"] <= 1.0
     assert by["int8/onnxruntime"]["label"] == "mlit-xxs-custom-int8-ort.onnx"  # the flavour ONNX Runtime runs fastest
+    import torch  # the README's from-scratch recipe: positions start at the sin-cos table
+
+    assert torch.load(tmp_path / "qs" / "run" / "checkpoint.pt", weights_only=True)["config"]["pos_init"] == "sincos"
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already holds 1 epochs, reusing it" in again.stderr

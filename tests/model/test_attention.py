@@ -84,3 +84,20 @@ def test_cpu_bf16_autocast_runs_the_attention_kernel_in_fp32():
     torch.testing.assert_close(out.float(), reference_gqa(attn, x), atol=3e-2, rtol=3e-2)
     out.float().square().sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in attn.parameters())
+
+
+def test_compiled_cpu_bf16_attention_takes_the_two_matmul_form(monkeypatch):
+    """Under torch.compile with CPU bf16 autocast the attention is traced through the two-matmul form (the
+    fast one there), and computes the reference within bf16's precision."""
+    import mlit_edge.model.attention as attention
+
+    traced = []
+    real = attention._grouped_matmul_attention
+    monkeypatch.setattr(attention, "_grouped_matmul_attention", lambda *a: traced.append(1) or real(*a))
+    torch._dynamo.reset()
+    attn = Attention(24, 4, 2).eval()
+    x = torch.randn(2, 5, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = torch.compile(attn, backend="aot_eager")(x)  # dynamo traces it; no C++ build needed
+    assert traced and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), reference_gqa(attn, x), atol=3e-2, rtol=3e-2)
