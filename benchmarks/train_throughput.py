@@ -12,7 +12,9 @@ Every variant is the same model with the same weights and the same batch:
   the latter being what `mlit-edge train --compile` runs on an AMX CPU;
 - "per-expert dispatch": today's model with the reference MoE that gathers each expert's tokens.
 Rounds alternate between the variants so that machine noise hits them alike; the report is images
-per second and the ratio to "before". The MoE layer alone is timed the same way (dense vs dispatch).
+per second and the ratio to "before". The MoE layer alone is timed the same way (dense vs dispatch);
+on a CPU, so are the attention core alone (PyTorch's kernel in fp32 and bf16, the two-matmul form)
+and an fp32 against a bf16 matmul.
 
     python benchmarks/train_throughput.py --size xxs --batch 32 [--compile] [--amp auto|bf16|off]
 """
@@ -98,6 +100,45 @@ def layer_step_time(moe: MoE, x: torch.Tensor, sparse: bool) -> float:
     return time.perf_counter() - start
 
 
+def matmul_rates(n: int = 1024, reps: int = 10) -> dict[str, float]:
+    """GFLOP/s of an n x n matmul in fp32 and in bf16 on this machine (AMX shows in the ratio)."""
+    rates = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        a @ b
+        start = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        rates[name] = 2 * n**3 * reps / (time.perf_counter() - start) / 1e9
+    return rates
+
+
+def bench_attention(cfg, batch: int, rounds: int, steps: int) -> dict[str, float]:
+    """Forward + backward of one layer's attention core on the CPU, median ms: PyTorch's kernel in fp32 and
+    in bf16, and the two-matmul form in bf16 (what compiled bf16 training traces)."""
+    from mlit_edge.model.attention import _grouped_matmul_attention
+
+    N, C = cfg.num_tokens, cfg.head_dim
+    base = [torch.randn(batch, h, N, C) for h in (cfg.heads, cfg.groups, cfg.groups)]
+    kernel = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
+    variants = {"kernel fp32": (kernel, torch.float32), "kernel bf16": (kernel, torch.bfloat16),
+                "two matmuls bf16": (lambda q, k, v: _grouped_matmul_attention(q, k, v, 0.0, False), torch.bfloat16)}
+
+    def once(fn, dtype) -> float:
+        q, k, v = (t.to(dtype).requires_grad_() for t in base)
+        start = time.perf_counter()
+        fn(q, k, v).float().square().sum().backward()
+        return time.perf_counter() - start
+
+    times = {name: [] for name in variants}
+    for name, v in variants.items():
+        once(*v)
+    for _ in range(rounds):
+        for name, v in variants.items():
+            times[name] += [once(*v) for _ in range(steps)]
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
 def bench_layers(cfg, batch: int, rounds: int, steps: int, device) -> list[dict]:
     """The MoE layers of the model alone, one per expert count (3, 4, 5), side by side."""
     rows, seen = [], set()
@@ -129,7 +170,8 @@ def main() -> None:
     ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "fp16", "off"],
                     help="the low-precision variants: what `mlit-edge train --amp` would use (auto: bf16 on a CPU "
                          "with AMX, fp16 on CUDA, none elsewhere)")
-    ap.add_argument("--no-layers", action="store_true", help="skip the MoE-layer-alone section")
+    ap.add_argument("--no-layers", action="store_true",
+                    help="skip the sections that time one part alone (MoE layer, attention core, matmul)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
@@ -139,7 +181,10 @@ def main() -> None:
     base = create_model(args.size, num_classes=10).to(device).train()
     if base.cfg.shared != ("v", "w2"):
         raise SystemExit("the previous release's MoE is reproduced for the paper's sharing (V and W2) only")
-    low = amp_dtype("auto", device) if args.amp == "auto" else amp_dtype(args.amp, device)
+    try:
+        low = amp_dtype(args.amp, device)
+    except ValueError as e:  # e.g. --amp fp16 on a CPU
+        raise SystemExit(str(e)) from None
     # name -> (model, dtype, compiled, per-expert dispatch); "before" also keeps the previous optimizer loop
     plan = {"before": (before(base), None, False, False), "after": (copy.deepcopy(base), None, False, False),
             "per-expert dispatch": (copy.deepcopy(base), None, False, True)}
@@ -181,11 +226,18 @@ def main() -> None:
     for r in layers:
         print(f"  hidden {r['hidden']:>3}, {r['experts']} experts: dense {r['dense_ms']:7.1f} ms, per-expert dispatch "
               f"{r['dispatch_ms']:7.1f} ms, speed-up {r['speedup']:.2f}x")
+    attention, rates = {}, {}
+    if device.type == "cpu" and not args.no_layers:
+        attention, rates = bench_attention(base.cfg, args.batch, args.rounds, args.steps), matmul_rates()
+        print(f"Attention core alone, CPU (forward + backward, batch {args.batch}, one layer, median): "
+              + ", ".join(f"{name} {ms:.1f} ms" for name, ms in attention.items()))
+        print(f"Matmul 1024x1024 on this CPU: fp32 {rates['fp32']:.0f} GFLOP/s, bf16 {rates['bf16']:.0f} GFLOP/s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"size": args.size, "batch": args.batch, "device": str(device), "torch": torch.__version__,
                        "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                       "results": rows, "layers": layers}, f, indent=2)
+                       "results": rows, "layers": layers, "attention_ms": attention,
+                       "matmul_gflops": rates}, f, indent=2)
 
 
 if __name__ == "__main__":

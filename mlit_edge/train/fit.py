@@ -107,7 +107,7 @@ def cpu_has_amx() -> bool:
 
 def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     """[paper] fp16 mixed precision on CUDA. [ours] On a CPU, `auto` is bf16 where the CPU has AMX (the
-    training step measured 1.08x faster eagerly and 1.26x under torch.compile than in fp32,
+    training step measured 1.10x faster eagerly and 1.26x under torch.compile than in fp32,
     benchmarks/train_throughput.py) and fp32 elsewhere."""
     if amp == "auto":
         if device.type == "cuda":
