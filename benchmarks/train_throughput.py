@@ -34,7 +34,7 @@ from torch import nn
 
 from mlit_edge.model.mlit import create_model
 from mlit_edge.model.moe import MoE
-from mlit_edge.train.fit import amp_dtype
+from mlit_edge.train.device import amp_dtype
 from mlit_edge.train.loop import autocast, make_optimizer
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}

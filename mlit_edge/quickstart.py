@@ -7,9 +7,6 @@ continues an unfinished run) and benches the artifacts against that one instead.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -21,10 +18,12 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: boo
     """Run the chain; returns the bench report (also written to OUT/bench.json, with per-call samples).
 
     `overrides` are MLiTConfig fields, as `train --set` takes them (with `train` only). Training follows the
-    README's from-scratch recipe: positions start at the sin-cos table unless `overrides` say otherwise.
+    from-scratch recipe of docs/training.md: positions start at the sin-cos table unless `overrides` say otherwise.
     """
+    from .bench.config import BenchConfig
+    from .bench.suite import bench_and_save
     from .engine.build import BuildRequest, run_build
-    from .export.source import load_for_export
+    from .export.source import open_source
     from .train.pretrained import default_for, describe
 
     out = Path(out)
@@ -38,23 +37,17 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: boo
             raise ValueError(f"no pretrained mLiT-{size.upper()} ships with mlit-edge (mlit-edge pretrained lists "
                              "them); use --train to train one first")
         log(f"== 1/3 start from {describe(ckpt)} (--train trains one from scratch instead)")
-    source = load_for_export(ckpt, None)  # one read of the checkpoint for the three builds
+    requests = [BuildRequest(precision=precision, checkpoint=ckpt, out=str(out / "artifacts"), calib_cache=calib_cache,
+                             force=True) for precision in ("fp32", "fp16", "int8")]  # quickstart owns its folder
+    source = open_source(requests[0], log=log)  # one read of the checkpoint for the three builds
     artifacts = []
-    for precision in ("fp32", "fp16", "int8"):
-        log(f"== 2/3 build {precision}")
-        result = run_build(BuildRequest(precision=precision, checkpoint=ckpt, out=str(out / "artifacts"),
-                                        calib_cache=calib_cache, force=True),  # quickstart owns its folder
-                           log=log, source=source)
-        artifacts.append(str(result.artifact))
+    for req in requests:
+        log(f"== 2/3 build {req.precision}")
+        artifacts.append(str(run_build(req, log=log, source=source).artifact))
     log("== 3/3 bench the artifacts against the PyTorch checkpoint (each in a fresh process, so memory figures "
         "are each artifact's own)")
-    report_path = out / "bench.json"
-    cmd = [sys.executable, "-m", "mlit_edge.cli", "bench", *artifacts, ckpt, "--batch", ",".join(map(str, batches)),
-           "--duration", str(duration_s), "--json", str(report_path)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the bench step failed (exit {proc.returncode}); rerun it alone: {' '.join(cmd)}")
-    return json.loads(report_path.read_text())
+    cfg = BenchConfig(batches=tuple(batches), duration_s=duration_s, isolate=True)
+    return bench_and_save([*artifacts, ckpt], cfg, json_path=out / "bench.json", log=log)
 
 
 def _train(run_dir: Path, size: str, epochs: int, batch_size: int, lr: float, progress: bool,

@@ -1,11 +1,28 @@
-from pathlib import Path
+"""Fixtures and settings the whole suite shares.
 
-import pytest
-import torch
+The suite runs on two pytest-xdist workers (`-n auto` in pyproject.toml). Each worker, and every
+CLI it starts, uses one thread, so two workers fill a 2-core machine without fighting over it; the
+end-to-end tests marked `slow` are handed out first, so that neither worker is left with a long one
+at the end; and the trained checkpoint that many tests share is trained once for all workers.
+"""
+import os
 
-from mlit_edge.model.config import MLiTConfig
+if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported: its thread pool reads this once
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mlit_edge.model.config import MLiTConfig  # noqa: E402
 
 SMALL = dict(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hidden_first=16, hidden_last=8)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow end-to-end tests first (a stable sort: the rest keep their order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)
@@ -20,10 +37,8 @@ def tiny_cfg() -> MLiTConfig:
                       hidden_first=16, hidden_last=8, expert_stages=(3, 4, 5))
 
 
-@pytest.fixture(scope="session")
-def trained_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    """A small mLiT (36x36 input, 3 layers) trained for three epochs on the embedded digits, so its
-    predictions and routing mean something, and its checkpoint as `mlit-edge train` writes one."""
+def _train_small(path: Path) -> None:
+    """Three epochs of a small mLiT on the embedded digits, saved as `mlit-edge train` saves a checkpoint."""
     from mlit_edge.model.mlit import MLiT
     from mlit_edge.train.checkpoint import make_checkpoint, save_atomic
     from mlit_edge.train.data import Loader, load_dataset
@@ -42,6 +57,26 @@ def trained_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
             loss.backward()
             opt.step()
     model.eval()
-    path = tmp_path_factory.mktemp("trained") / "checkpoint.pt"
     save_atomic(make_checkpoint("mlit", model, model.cfg, "xxs-custom", train.meta(), epoch=3), path)
-    return model, path
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
+    """A small mLiT (36x36 input, 3 layers) trained for three epochs on the embedded digits, so its
+    predictions and routing mean something, and its checkpoint as `mlit-edge train` writes one.
+
+    Trained once per run: under xdist the first worker to get here trains it into the run's shared
+    temporary folder while the other waits on the lock, then loads the same file."""
+    from filelock import FileLock
+
+    from mlit_edge.train.checkpoint import load_checkpoint, model_from_checkpoint
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder all workers of this run share
+    path = shared / "trained" / "checkpoint.pt"
+    path.parent.mkdir(exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.is_file():
+            _train_small(path)
+    return model_from_checkpoint(load_checkpoint(path)).eval(), path

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,16 +17,14 @@ from click.testing import CliRunner
 pytest.importorskip("onnxruntime")
 Image = pytest.importorskip("PIL.Image")
 
-from hostile_corpus import make_corpus, png_bomb  # noqa: E402
+from tests.hostile_corpus import make_corpus, png_bomb  # noqa: E402
 from mlit_edge.cli import main  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+from tests.helpers import CLI, ENV, ROOT  # noqa: E402
 
-ROOT = Path(__file__).parent.parent
-CLI = [sys.executable, "-m", "mlit_edge.cli"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 def sha(path: Path) -> str:
@@ -134,6 +131,32 @@ def test_serve_survives_a_slow_writer_a_vanishing_file_and_a_bomb(good, tmp_path
     assert not (inbox / "vanish.png").exists() and "vanish.png" not in rows
 
 
+@pytest.mark.parametrize("error", [MemoryError(), KeyError(), RuntimeError("")])
+def test_serve_keeps_serving_after_an_exception_with_an_empty_message(good, tmp_path, monkeypatch, error):
+    """An unexpected error with no message on one file (MemoryError() has none) is recorded for that file
+    by its type, and the next file is still classified: the loop does not die on the error line."""
+    from mlit_edge.runtime import serve
+
+    art, _ = good
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name in ("a-poison.png", "b-fine.png"):
+        Image.fromarray(np.full((28, 28), 200, np.uint8)).save(inbox / name)
+    real_predict = serve.Classifier.predict
+
+    def predict(self, images, top_k=1):
+        if any(isinstance(f, Path) and f.name == "a-poison.png" for f in images):
+            raise error
+        return real_predict(self, images, top_k)
+
+    monkeypatch.setattr(serve.Classifier, "predict", predict)
+    handled = serve.watch(art, inbox, tmp_path / "results.jsonl", interval_s=0.01, max_files=2, settle_s=0.0)
+    rows = {r["path"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert handled == 2 and rows["a-poison.png"]["error"] == f"internal error: {type(error).__name__}"
+    assert "class_id" in rows["b-fine.png"] and (inbox / "failed" / "a-poison.png").is_file()
+
+
+@pytest.mark.slow
 def test_build_does_not_replace_an_artifact_of_another_source_without_force(trained_checkpoint, tmp_path):
     import torch
 
@@ -179,6 +202,7 @@ os.replace = _replace_or_die
 
 
 @pytest.mark.parametrize("suffix, which", [(".onnx", "old"), (".onnx.json", "new")])
+@pytest.mark.slow
 def test_a_kill_between_the_renames_of_a_pair_leaves_the_old_pair_or_the_new(good, tmp_path, suffix, which):
     """A SIGKILL just before the artifact's rename keeps the old pair; one between the artifact's rename
     and its sidecar's leaves the new artifact with its pending sidecar, which loaders accept and the
@@ -206,6 +230,7 @@ def test_a_kill_between_the_renames_of_a_pair_leaves_the_old_pair_or_the_new(goo
     assert read_sidecar(target)["opset"] == 18 and not list(out.glob(".*"))
 
 
+@pytest.mark.slow
 def test_concurrent_builds_into_one_folder_both_finish(trained_checkpoint, tmp_path):
     _, ckpt = trained_checkpoint
     out = tmp_path / "out"

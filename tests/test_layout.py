@@ -1,6 +1,11 @@
 """The package's shape: folders by pipeline stage, imports only from earlier stages and the runtime,
-no import cycles, no module longer than one sitting, one place for each shared constant."""
+no import cycles, no module longer than one sitting, one place for each shared constant.
+
+Imports are read wherever they stand (module level and inside functions), and so are module paths
+named in strings ("mlit_edge.x.y" or "mlit_edge.x.y:function"), since an import inside a function or a
+module loaded by name ties the files together as surely as one at the top."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -10,33 +15,87 @@ PACKAGE = Path(__file__).parent.parent / "mlit_edge"
 ORDER = ["runtime", "model", "train", "export", "engine", "bench"]
 TOP = {"cli", "quickstart", "__init__"}  # the top: may import every stage, and is imported by none
 MAX_LINES = 300
+NAMED = re.compile(r"^mlit_edge(\.\w+)+(:\w+)?$")  # a module path in a string
 
 
-def modules() -> dict[str, Path]:
-    return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")}
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in package.rglob("*.py")}
 
 
-def imported(name: str, path: Path, top_level_only: bool = False) -> set[str]:
-    """The mlit_edge modules `name` imports (relative imports resolved), at any depth or module level only."""
+def imported(name: str, path: Path, known: set[str]) -> dict[str, str]:
+    """The mlit_edge modules `name` ties itself to, each with how: 'import' (at any depth, relative
+    imports resolved) or 'string' (a module path named in a string literal)."""
     tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    out = set()
-    for node in nodes:
+    out: dict[str, str] = {}
+
+    def add(target: str, how: str) -> None:
+        if target.startswith("mlit_edge"):
+            out.setdefault(target, how)
+
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = (package[:len(package) - node.level + 1] if node.level else [])
+            base = package[:len(package) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
-            if target.startswith("mlit_edge"):
-                out.add(target)
-                out.update(f"{target}.{a.name}" for a in node.names)
+            add(target, "import")
+            for a in node.names:  # `from . import checkpoint` imports a module
+                if f"{target}.{a.name}" in known:
+                    add(f"{target}.{a.name}", "import")
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("mlit_edge"))
-    return out & set(modules()) | {t for t in out if t in {m.rsplit(".", 1)[0] for m in modules()}}
+            for a in node.names:
+                add(a.name, "import")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMED.match(node.value):
+            add(node.value.split(":")[0], "string")
+    return out
+
+
+def graph(package: Path = PACKAGE) -> dict[str, dict[str, str]]:
+    known = set(modules(package))
+    return {name: imported(name, path, known) for name, path in modules(package).items()}
 
 
 def stage(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return trail[trail.index(nxt):] + [node, nxt] if nxt in trail else [node, nxt]
+            if nxt not in state:
+                found = visit(nxt, trail + [node])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for name in sorted(edges):
+        if name not in state:
+            found = visit(name, [])
+            if found:
+                return found
+    return None
+
+
+def cycle_in(package: Path = PACKAGE) -> list[str] | None:
+    """A cycle among the package's modules through any import or named module path. A package's
+    __init__ is left out: `import mlit_edge.x.y` runs it, but it hands names on and ties no cycle."""
+    g = graph(package)
+    known = set(g)
+    edges = {name: {t for t in targets if t in known and t != name and not _is_package(t, package)}
+             for name, targets in g.items()}
+    return find_cycle(edges)
+
+
+def _is_package(module: str, package: Path) -> bool:
+    return modules(package)[module].name == "__init__.py"
 
 
 def test_folders_are_the_pipeline_stages():
@@ -49,32 +108,42 @@ def test_stages_import_only_earlier_stages_and_the_runtime(name):
     own = stage(name)
     if own in TOP:
         return
-    for target in imported(name, modules()[name]):
+    for target, how in imported(name, modules()[name], set(modules())).items():
         other = stage(target)
         if other == "__init__" and target == "mlit_edge":
             continue  # the version string
-        assert other not in TOP, f"{name} imports {target} from the top"
-        assert ORDER.index(other) <= ORDER.index(own), f"{name} ({own}) imports {target} ({other}), a later stage"
+        assert other not in TOP, f"{name} names {target} from the top ({how})"
+        assert ORDER.index(other) <= ORDER.index(own), f"{name} ({own}) names {target} ({other}), a later stage ({how})"
         if own == "runtime":
-            assert other == "runtime", f"the runtime floor imports {target}"
+            assert other == "runtime", f"the runtime floor names {target} ({how})"
 
 
-def test_no_import_cycles_at_module_level():
-    graph = {name: {t for t in imported(name, path, top_level_only=True) if t in modules() and t != name}
-             for name, path in modules().items()}
-    state: dict[str, int] = {}
+def test_every_imported_or_named_module_exists():
+    known = set(modules())
+    missing = [f"{name} -> {target}" for name, targets in graph().items() for target in targets
+               if target not in known and target.rsplit(".", 1)[0] not in known]
+    assert not missing, f"imports of modules that do not exist: {missing}"
 
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for nxt in graph[node]:
-            assert state.get(nxt) != 1, "import cycle: " + " -> ".join(trail + [node, nxt])
-            if nxt not in state:
-                visit(nxt, trail + [node])
-        state[node] = 2
 
-    for name in graph:
-        if name not in state:
-            visit(name, [])
+def test_no_import_cycles_at_any_depth():
+    cycle = cycle_in()
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_imports_inside_functions_and_names_in_strings(tmp_path):
+    """The check above must fail on a cycle that only an import inside a function closes, or only a
+    module named in a string: build such packages and look."""
+    pkg = tmp_path / "mlit_edge"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "one.py").write_text("from . import two\n")
+    (pkg / "a" / "two.py").write_text("def f():\n    from .one import g\n")
+    assert cycle_in(pkg) is not None
+    (pkg / "a" / "two.py").write_text('OPENER = "mlit_edge.a.one:g"\n')
+    assert cycle_in(pkg) is not None
+    (pkg / "a" / "two.py").write_text("def f():\n    return 1\n")
+    assert cycle_in(pkg) is None
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

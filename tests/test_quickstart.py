@@ -4,17 +4,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests.helpers import ROOT, TINY  # noqa: E402
 
 pytest.importorskip("onnxruntime")
 
-ROOT = Path(__file__).parent.parent
-TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "depth=3", "--set", "hidden_first=8",
-        "--set", "hidden_last=4"]
 
 
+@pytest.mark.slow
 def test_quickstart_chain_on_a_tiny_model(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "mlit_edge.cli", "quickstart", "--train", "--out", str(tmp_path / "qs"),
@@ -42,6 +40,7 @@ def test_quickstart_chain_on_a_tiny_model(tmp_path):
     assert "reusing" in again.stderr  # the fp32 export of the same checkpoint
 
 
+@pytest.mark.slow
 def test_quickstart_default_starts_from_the_pretrained_model(tmp_path):
     """The README's main job on its defaults (the real XXS): no training, a 98% model in the table."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}

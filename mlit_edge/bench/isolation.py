@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .run import BenchConfig, Reference, bench_artifact
+from ..runtime.messages import first_line
+from .artifact import bench_artifact
+from .config import BenchConfig, Reference
 
 RUNTIME_MODULE = {"onnxruntime": "onnxruntime", "torch": "torch"}  # imported before the baseline is taken
 
@@ -33,7 +35,8 @@ def bench_isolated(paths: list[str], cfg: BenchConfig, images: np.ndarray | None
             arrays["ref_logits"] = ref.logits
             arrays.update({f"ref_route_{i}": r for i, r in enumerate(ref.routes or [])})
         np.savez(tmp / "inputs.npz", **arrays)
-        (tmp / "config.json").write_text(json.dumps({**asdict(cfg), "batches": list(cfg.batches)}))
+        (tmp / "config.json").write_text(json.dumps({"bench": {**asdict(cfg), "batches": list(cfg.batches)},
+                                                     "reference": str(Path(ref.path).resolve()) if ref else None}))
         for i, path in enumerate(paths):
             out = tmp / f"entry{i}.json"
             proc = subprocess.run([sys.executable, "-m", "mlit_edge.bench.isolation", str(tmp),
@@ -56,7 +59,8 @@ def worker(folder: str, path: str, out: str) -> int:
 
     folder = Path(folder)
     try:
-        raw = json.loads((folder / "config.json").read_text())
+        sent = json.loads((folder / "config.json").read_text())
+        raw = sent["bench"]
         cfg = BenchConfig(**{**raw, "batches": tuple(raw["batches"]),
                              "providers": tuple(raw["providers"]) if raw["providers"] else None, "isolate": True})
         module = RUNTIME_MODULE.get(artifact_format(path).name)
@@ -67,12 +71,12 @@ def worker(folder: str, path: str, out: str) -> int:
         ref = None
         if "ref_logits" in arrays:
             routes = [arrays[f"ref_route_{i}"] for i in range(sum(k.startswith("ref_route_") for k in arrays))]
-            ref = Reference("", {}, arrays["ref_logits"], routes or None)
+            ref = Reference(sent["reference"] or "", {}, arrays["ref_logits"], routes or None)
         entry = bench_artifact(path, cfg, arrays.get("images"), arrays.get("labels"), ref,
                                log=lambda line: print(line, file=sys.stderr, flush=True))
         result = {"entry": entry}
     except Exception as e:  # reported by the parent as one line
-        result = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+        result = {"error": first_line(e)}
     Path(out).write_text(json.dumps(result))
     return 1 if "error" in result else 0
 

@@ -95,15 +95,3 @@ def save_report(report: dict, json_path: str | Path | None, plot_dir: str | Path
     if plot_dir:
         for p in plot(report, plot_dir):
             log(f"plot: {p}")
-
-
-def bench_and_save(paths: list[str], cfg, json_path: str | Path | None = None, plot_dir: str | Path | None = None,
-                   log: Callable[[str], None] = print) -> dict:
-    """`mlit-edge bench`: refuse an output that cannot be written before measuring, bench, then save."""
-    from .run import run_bench
-
-    if json_path and not Path(json_path).resolve().parent.is_dir():
-        raise FileNotFoundError(f"--json {json_path}: folder {Path(json_path).parent} does not exist")
-    report = run_bench(paths, cfg, log)
-    save_report(report, json_path, plot_dir, log)
-    return report

@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from .deploy import build, check_cmd, export
-from .run import bench, predict, serve
+from .inference import bench, predict, serve
 from .train import eval_, finetune, info, pretrain, pretrained, quickstart, train
 
 

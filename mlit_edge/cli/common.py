@@ -8,6 +8,7 @@ import click
 
 from ..export import DEFAULT_OPSET, OPSETS
 from ..model.config import SIZES, parse_overrides
+from ..runtime.messages import first_line
 
 USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
@@ -53,8 +54,7 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as e:
-            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            raise click.ClickException(str(msg).splitlines()[0] if msg else type(e).__name__) from None
+            raise click.ClickException(first_line(e)) from None
         except KeyboardInterrupt:
             click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)"
                        if fn.__name__ in TRAINING else "interrupted", err=True)

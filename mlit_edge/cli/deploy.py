@@ -45,7 +45,7 @@ def export(**kw) -> None:
 
     Each .onnx gets a .onnx.json sidecar with its provenance.
     """
-    from ..export.command import ExportRequest, run_export
+    from ..export.pipeline import ExportRequest, run_export
 
     run_export(ExportRequest(**kw), log=click.echo)
 

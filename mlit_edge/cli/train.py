@@ -59,7 +59,7 @@ def training_options(fn):
         click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
                      help="Override a model config field, e.g. --set top_k=1 --set shared=w,w2. Repeatable."),
         click.option("--gating", default=None, type=click.Choice(sorted(GATINGS)),
-                     help="A named gating of the routing ablation (README, 'Routing health') [default: the "
+                     help="A named gating of the routing ablation (docs/training.md, 'Routing health') [default: the "
                           "config's]; --set fields win over it."),
         click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
                      help="Evaluate on the test split every N epochs (and after the last)."),
@@ -140,10 +140,10 @@ def eval_(as_json: bool, **kw) -> None:
               help="Folder for the run, the artifacts and bench.json.")
 @SIZE
 @click.option("--train", is_flag=True, help="Train a model from scratch first instead of starting from the "
-                                            "shipped pretrained one (the README's recipe: positions from the "
+                                            "shipped pretrained one (the recipe of docs/training.md: positions from the "
                                             "sin-cos table, --set pos_init=normal for timm's init).")
 @click.option("--epochs", default=10, show_default=True, type=click.IntRange(min=1),
-              help="With --train (10 with the defaults: about 96% top-1, README 'Training').")
+              help="With --train (10 with the defaults: about 96% top-1, docs/training.md).")
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="With --train.")
 @click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --train.")
@@ -165,7 +165,6 @@ def quickstart(**kw) -> None:
 
     report = run_quickstart(calib_cache=str(default_cache_dir()), log=log, **kw)
     click.echo(format_bench(report))
-    log(f"report: {kw['out']}/bench.json")
 
 
 @click.command("pretrained")

@@ -1,58 +1,46 @@
-"""`mlit-edge build`: checkpoint (or size, or ONNX) -> precision ONNX -> engine, with provenance.
+"""`mlit-edge build`: the export stage (checkpoint, size or ONNX -> the precision's ONNX, measured),
+then the engine step: a `.plan` built with TensorRT(-RTX), or nothing more for ONNX Runtime.
 
-Steps: export the fp32 ONNX through `to_deploy` (checked against PyTorch), make the precision
-variant (`export.variants.make_variant`: fp16 casts, or INT8 QDQ from a stratified, routing-checked,
-cached calibration), measured on the held-out split, then build the `.plan` with TensorRT(-RTX), or
-stop at the ONNX for ONNX Runtime. Each artifact and its sidecar are published together, once,
-with everything measured, so a killed build leaves no partial artifact under a final name.
+The export stage runs once (`export.pipeline.export_stage`: the fp32 ONNX through `to_deploy`,
+checked against PyTorch, and the precision variant: fp16 casts, or INT8 in the target runtime's
+flavour). This module adds only what a build adds: the target, the plan, its sidecar and checks. Each
+artifact and its sidecar are published together, once, with everything measured, so a killed build
+leaves no partial artifact under a final name.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..export import DEFAULT_OPSET, OPSETS, PRECISIONS
-from ..export.calibration import MIN_EXPERT_TOKENS
+from ..export import PRECISIONS
+from ..export.names import artifact_name
+from ..export.pipeline import ExportOptions, export_stage
+from ..export.source import Source, open_source
 from ..runtime.artifact import BATCH_PROFILE, torch_available
-from ..runtime.sidecar import read_sidecar, user_fields
 from ..runtime.trt_env import import_trt, local_env
 from . import FRONTENDS, TARGETS
-from .builder import BuildOptions, engine_record, write_plan
-
+from .plan import BuildOptions, engine_record, write_plan
 
 
 @dataclass(frozen=True)
-class BuildRequest:
-    """Everything `mlit-edge build` takes (the CLI's --help explains each field); validated here."""
+class BuildRequest(ExportOptions):
+    """`mlit-edge build`: the export stage's options plus what the engine step takes (the CLI's --help
+    explains each field); validated here."""
 
     precision: str = "fp16"
-    size: str | None = None
-    checkpoint: str | None = None
     onnx: str | None = None
     target: str = "auto"
     frontend: str = "onnx"
-    batch: int | None = None
     dynamic_batch: tuple[int, int, int] | None = None  # MIN, OPT, MAX; None: BATCH_PROFILE
     workspace: float = 1.0  # GiB
     timing_cache: str | None = None
     dla_core: int | None = None
-    calib_data: str | None = None  # dataset, ImageFolder or recipe JSON; None: the model's dataset, else mnist5k
-    calib_n: int = 512
-    calib_seed: int = 0
-    calib_cache: str | None = None  # a folder; None disables the cache
-    min_expert_tokens: int = MIN_EXPERT_TOKENS
     out: str = "artifacts"
-    num_classes: int = 10
-    opset: int = DEFAULT_OPSET
-    data_root: str = "data"
-    evaluate: bool = True
-    force: bool = False  # replace artifacts of another source (checkpoint, random weights) in --out
-    random_weights: bool = False  # no checkpoint: random weights even where a pretrained model ships
 
     def __post_init__(self) -> None:
-        choices = {"precision": PRECISIONS, "target": TARGETS, "frontend": FRONTENDS, "opset": OPSETS}
+        super().__post_init__()
+        choices = {"precision": PRECISIONS, "target": TARGETS, "frontend": FRONTENDS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} {getattr(self, name)!r}: choose from {', '.join(map(str, allowed))}")
@@ -61,22 +49,14 @@ class BuildRequest:
         lo, opt, hi = self.profile
         if not 1 <= lo <= opt <= hi:
             raise ValueError(f"--dynamic-batch {lo},{opt},{hi}: need 1 <= MIN <= OPT <= MAX")
-        if self.batch is not None and self.batch < 1:
-            raise ValueError("--batch must be at least 1")
         if self.onnx and self.checkpoint:
             raise ValueError("give --checkpoint or --onnx, not both")
-        if self.random_weights and (self.checkpoint or self.onnx):
-            raise ValueError("--random-weights builds without weights: drop --checkpoint / --onnx, or it")
+        if self.random_weights and self.onnx:
+            raise ValueError("--random-weights builds without weights: drop --onnx, or it")
         if self.onnx and self.frontend == "torch-tensorrt":
             raise ValueError("--frontend torch-tensorrt compiles the PyTorch model; it cannot start from --onnx")
-        if self.size is not None and self.size != self.size.lower():
-            raise ValueError(f"--size {self.size!r}: sizes are lower case")
-        for name in ("calib_n", "min_expert_tokens", "num_classes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.workspace <= 0:
             raise ValueError("--workspace must be positive (GiB)")
-
 
     @property
     def profile(self) -> tuple[int, int, int]:
@@ -110,60 +90,14 @@ def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None
     return "tensorrt", None
 
 
-def _reusable(fp32: Path, info: dict, req: BuildRequest) -> bool:
-    """An fp32 export already in place from the same checkpoint, opset, batch and mlit-edge version."""
-    from .. import __version__
-
-    if not info.get("checkpoint_sha256") or not fp32.is_file():
-        return False
-    try:
-        rec = read_sidecar(fp32)
-    except (OSError, ValueError):
-        return False
-    return (rec.get("checkpoint_sha256") == info["checkpoint_sha256"] and rec.get("opset") == req.opset
-            and rec.get("batch") == (req.batch or "dynamic") and rec.get("probe") is False
-            and rec.get("mlit_edge_version") == __version__ and (rec.get("parity") or {}).get("max_abs_err") is not None)
-
-
-def _source_precision(path: Path) -> tuple[str, dict]:
-    """The precision an existing ONNX carries (sidecar, else its metadata), and its sidecar fields."""
-    try:
-        record = user_fields(read_sidecar(path))
-        return record.get("precision", "fp32"), record
-    except FileNotFoundError:
-        pass
-    from ..runtime.runners import load_onnx  # only without a sidecar: a device with one needs no onnx package
-
-    model = load_onnx(path, load_external_data=False)
-    meta = {p.key: p.value for p in model.metadata_props}
-    if "mlit_edge" not in meta:
-        raise ValueError(f"{path} has neither a sidecar nor mlit-edge metadata: export it with mlit-edge export")
-    info = json.loads(meta["mlit_edge"])
-    return info.get("precision", "fp32"), {"classes": info.get("classes"), "preprocess": info.get("preprocess"),
-                                           "model": info.get("model"), "precision": info.get("precision", "fp32")}
-
-
-def _plan_outputs(req: BuildRequest, out: Path, stem: str, src_precision: str, runtime: str) -> list[Path]:
-    """Every artifact this build will write, so that none of them is replaced by accident."""
-    from ..export.variants import artifact_name
-
-    paths = [] if req.onnx else [out / artifact_name(stem, "fp32")]
-    if req.precision != src_precision:
-        paths.append(out / artifact_name(stem, req.precision, runtime=runtime))
-    if runtime == "tensorrt":
-        paths.append(out / artifact_name(stem, req.precision, ".plan"))
-    return paths
-
-
-def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tuple | None = None) -> BuildResult:
-    """Run the whole build; `log` gets progress lines and warnings. `source` is (model, info) from
-    `export.source.load_for_export` when the caller already loaded the checkpoint.
+def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: Source | None = None) -> BuildResult:
+    """Run the whole build: the export stage once (`export.pipeline.export_stage`), then, inside its locked
+    folder, what a build adds: the engine and its sidecar. `log` gets progress lines and warnings. `source`: the export's
+    source (`export.source.open_source`) when the caller already opened it.
 
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
     """
-    from ..export.variants import artifact_name, artifact_stem
-    from ..runtime.outputs import guard_replace, output_folder
     from ..runtime.schema import check_runtime
 
     target, note = resolve_target(req.target, req.frontend)
@@ -178,83 +112,33 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: tup
 
         require_torch_tensorrt(req.precision)
     trt = import_trt(target) if target in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
-    model = None
-    if req.onnx:
-        src = Path(req.onnx)
-        if not src.is_file():
-            raise FileNotFoundError(f"--onnx {src} does not exist")
-        src_precision, src_record = _source_precision(src)
-        check_runtime(src_record, runtime, src)
-        size = (src_record.get("model") or {}).get("size")
-    else:
-        from ..export.source import load_for_export
-
-        model, src_record = source or load_for_export(req.checkpoint, req.size or (None if req.checkpoint else "xxs"),
-                                                      req.num_classes, req.random_weights)
-        size, src_precision = src_record["model"]["size"], "fp32"
-    if src_precision not in ("fp32", req.precision):
-        raise ValueError(f"--onnx {req.onnx} is {src_precision}; it can only be built as {src_precision} "
+    source = source or open_source(req, req.onnx, log)
+    if source.onnx:
+        check_runtime(source.record, runtime, source.onnx)
+    if source.precision not in ("fp32", req.precision):
+        raise ValueError(f"--onnx {req.onnx} is {source.precision}; it can only be built as {source.precision} "
                          f"(or pass the fp32 ONNX to make a {req.precision} one)")
-    if src_precision != req.precision and req.precision == "int8" and runtime == "tensorrt" and not torch_available():
+    if source.precision != req.precision and req.precision == "int8" and runtime == "tensorrt" \
+            and not torch_available():
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
-    from ..train.pretrained import weights_banner
-
-    banner = weights_banner(src_record, bool(req.checkpoint or req.onnx))
-    if banner:
-        log(banner)
-    stem = artifact_stem(req.onnx) if req.onnx else f"mlit-{size}"
-    with output_folder(req.out, log) as out:
-        for path in _plan_outputs(req, out, stem, src_precision, runtime):
-            guard_replace(path, src_record, req.force)
-        # 1. the fp32 ONNX (or the given one)
-        fp32 = Path(req.onnx) if req.onnx else out / artifact_name(stem, "fp32")
-        if req.onnx:
-            log(f"[1/4] source ONNX {fp32} ({src_precision})")
-        elif _reusable(fp32, src_record, req):
-            log(f"[1/4] reusing {fp32}: same checkpoint, opset and batch, checked against PyTorch when written")
-        else:
-            from ..export.onnx_export import export_onnx
-            from ..export.variants import measure
-
-            log(f"[1/4] export {fp32} (opset {req.opset}, batch {req.batch or 'dynamic'}) and check it against "
-                "PyTorch")
-            evaluate = req.evaluate and req.precision == "fp32"  # a variant's own accuracy is what counts
-            rec = export_onnx(model, fp32, src_record, opset=req.opset, batch=req.batch,
-                              measure=lambda tmp, r: measure(tmp, r, None, evaluate, req.data_root, log, step=None))
-            log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
-        # 2-3. the precision variant, measured before it is published
-        coverage = reused = None
-        if src_precision == req.precision:
-            final = fp32
-            log(f"[2/4] {req.precision}: the source already carries it")
-        else:
-            from ..export.calibration import resolve_recipe
-            from ..export.variants import make_variant
-
-            recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed,
-                                    (src_record.get("preprocess") or {}).get("dataset"))
-            variant = make_variant(fp32, req.precision, model, recipe, req.data_root, req.calib_cache,
-                                   req.min_expert_tokens, req.evaluate and torch_available(), log, folder=out,
-                                   runtime=runtime)
-            final, coverage, reused = variant.path, variant.coverage, variant.calibration_reused
-        record = read_sidecar(final)
-        if final == fp32:
-            top1 = (record.get("accuracy") or {}).get("top1")
-            log(f"[3/4] top-1 measured on export: {top1:.4f}" if top1 is not None else
-                "[3/4] accuracy not measured (random weights, --no-eval, or no dataset recorded)")
+    out = Path(req.out)
+    plan = out / artifact_name(source.stem, req.precision, ".plan")
+    engine = trt is not None or req.frontend == "torch-tensorrt"
+    with export_stage(req, source, out / artifact_name(source.stem, "fp32"), (req.precision,), runtime,
+                      more_outputs=(plan,) if engine else (), log=log) as exported:
+        final = exported.variants[req.precision]
         notes = [note] if note else []
-        if target == "onnxruntime":
-            log(f"[4/4] artifact for ONNX Runtime: {final} (+ {final.name}.json)")
-            return BuildResult(final, record, final, target, notes, coverage, reused)
-        # 4. the engine
-        plan = out / artifact_name(stem, req.precision, ".plan")
-        result = _engine(req, model, final, plan, trt, log)
-        record = write_plan(result["engine"], plan, engine_record(final, result, local_env(target), target,
+        if not engine:
+            log(f"[build] artifact for ONNX Runtime: {final.path} (+ {final.path.name}.json)")
+            return BuildResult(final.path, final.record, final.path, target, notes, final.coverage,
+                               final.calibration_reused)
+        result = _engine(req, source.model, final.path, plan, trt, log)
+        record = write_plan(result["engine"], plan, engine_record(final.path, result, local_env(target), target,
                                                                   req.frontend))
         log(f"      {plan}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, {result['build_s']} s "
             f"(+ {plan.name}.json)")
-        return BuildResult(plan, record, final, target, notes, coverage, reused)
+        return BuildResult(plan, record, final.path, target, notes, final.coverage, final.calibration_reused)
 
 
 def _engine(req: BuildRequest, model, final: Path, plan: Path, trt, log: Callable[[str], None]) -> dict:
@@ -264,14 +148,14 @@ def _engine(req: BuildRequest, model, final: Path, plan: Path, trt, log: Callabl
         from ..export.static import to_deploy
         from .torch_trt import torch_tensorrt_engine
 
-        log(f"[4/4] torch-tensorrt: compiling to_deploy(model) into {plan}")
+        log(f"[build] torch-tensorrt: compiling to_deploy(model) into {plan}")
         cfg = model.cfg
         return torch_tensorrt_engine(to_deploy(model), req.precision, opts,
                                      (1, cfg.in_chans, cfg.img_size, cfg.img_size), req.batch)
-    from .builder import build_serialized
+    from .plan import build_serialized
 
     lo, opt, hi = req.profile
-    log(f"[4/4] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
+    log(f"[build] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
         f"(batch {req.batch or f'{lo},{opt},{hi}'})")
     result = build_serialized(final, trt, opts)
     if not result["ok"]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..export.graph_check import Report, static_checks
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.trt_env import import_trt
-from .builder import BuildOptions, build_serialized
+from .plan import BuildOptions, build_serialized
 
 
 def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0) -> dict:

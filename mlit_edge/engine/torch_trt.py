@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from .builder import BuildOptions
+from .plan import BuildOptions
 
 def require_torch_tensorrt(precision: str):
     """torch_tensorrt, or a one-line error saying why this frontend cannot run here."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import OPSETS
+from ..runtime.messages import first_line
 
 DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
           "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -113,7 +114,7 @@ def static_checks(path: str | Path) -> Report:
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception as e:
-        rep.problems.append(f"shape inference failed: {str(e).splitlines()[0][:200]}")
+        rep.problems.append(f"shape inference failed: {first_line(e, 200)}")
         inferred = model
     pattern = re.compile(r"^[\d\s*+()-]*$")
     dynamic = set()

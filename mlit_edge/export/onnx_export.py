@@ -25,7 +25,7 @@ from .torch_runner import TorchRunner
 
 PARITY_TOL = 1e-4
 # [ours] what ONNX Runtime runs this graph with: the portable fusions; "all" adds a CPU-specific blocked
-# layout for the one convolution, measured no faster (README, "Export")
+# layout for the one convolution, measured no faster (docs/export-and-build.md)
 ORT_SESSION = {"graph_optimization_level": "extended"}
 
 

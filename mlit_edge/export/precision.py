@@ -173,7 +173,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
 
 def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = None) -> dict:
     """Write to `out` the INT8 ONNX of `src` that ONNX Runtime's CPU kernels run fastest (measured against
-    static QDQ and QOperator graphs: README, "Export"): int8 per-channel weights, each call's activations
+    static QDQ and QOperator graphs: docs/export-and-build.md): int8 per-channel weights, each call's activations
     quantized from their own range (DynamicQuantizeMatMul on VNNI/AVX2), the router and the
     activation-by-activation matmuls in float. Returns its sidecar fields. ONNX Runtime only."""
     import onnx

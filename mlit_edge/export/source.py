@@ -1,10 +1,21 @@
-"""What an export starts from: a trained checkpoint (or random weights) and the record that every
-artifact made from it carries: the model, its classes and preprocessing, and where it came from."""
+"""What an export starts from, and the record that every artifact made from it carries: the model,
+its classes and preprocessing, and where it came from.
+
+A source is a trained checkpoint (or a shipped `pretrained:NAME`), random weights of a size, or an
+existing ONNX with its sidecar (the device-side flow, which needs neither torch nor the onnx package).
+"""
 from __future__ import annotations
 
-from ..model.config import MLiTConfig, get_config
-from ..model.mlit import MLiT, count_parameters
-from ..train.checkpoint import model_from_checkpoint, read_checkpoint
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .names import artifact_stem
+
+if TYPE_CHECKING:
+    from ..model.config import MLiTConfig
+    from ..model.mlit import MLiT
 
 
 def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str | None, sha256: str | None,
@@ -27,6 +38,9 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     exists for that size and class count; otherwise, or with `random_weights`, the weights are random
     (fine for latency work, meaningless for accuracy).
     """
+    from ..model.config import get_config
+    from ..model.mlit import MLiT, count_parameters
+    from ..train.checkpoint import model_from_checkpoint, read_checkpoint
     from ..train.pretrained import default_for
 
     if not checkpoint and not random_weights and size:
@@ -47,3 +61,76 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     model = MLiT(get_config(size, num_classes=num_classes))
     data = {"name": None, "classes": [str(i) for i in range(num_classes)], "mean": [0.5] * 3, "std": [0.5] * 3}
     return model.eval(), model_record(model.cfg, size, data, None, None, count_parameters(model))
+
+
+@dataclass
+class Source:
+    """What an export starts from: the record its artifacts carry, and the PyTorch classifier (None when
+    the source is an existing ONNX) or that ONNX and the precision it already carries."""
+
+    record: dict
+    model: Any = None  # MLiT; typed loosely so that an ONNX source needs no torch
+    onnx: Path | None = None
+    precision: str = "fp32"
+    named: bool = False  # the user named it: no banner about a default pretrained model
+
+    @property
+    def stem(self) -> str:
+        """The name its artifacts start with: mlit-SIZE, or the given ONNX's own stem."""
+        return artifact_stem(self.onnx) if self.onnx else f"mlit-{self.record['model']['size']}"
+
+    def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool) -> bool:
+        """Whether `fp32` is already this checkpoint's export, from the same opset, batch and mlit-edge version
+        (it was checked against PyTorch when written)."""
+        from .. import __version__
+        from ..runtime.sidecar import read_sidecar
+
+        sha = self.record.get("checkpoint_sha256")
+        if not sha or not fp32.is_file():
+            return False
+        try:
+            rec = read_sidecar(fp32)
+        except (OSError, ValueError):
+            return False
+        return (rec.get("checkpoint_sha256") == sha and rec.get("opset") == opset
+                and rec.get("batch") == (batch or "dynamic") and rec.get("probe") is probe
+                and rec.get("mlit_edge_version") == __version__ and (rec.get("parity") or {}).get("max_abs_err") is not None)
+
+
+def open_source(opts, onnx: str | None = None, log: Callable[[str], None] = print) -> Source:
+    """The source `opts` (an `ExportOptions`) names, or the ONNX `onnx`; says which weights it holds when
+    the user did not name them (the shipped model a size defaults to, or the random-weights warning)."""
+    if onnx:
+        source = _onnx_source(Path(onnx))
+    else:
+        model, record = load_for_export(opts.checkpoint, opts.size or (None if opts.checkpoint else "xxs"),
+                                        opts.num_classes, opts.random_weights)
+        source = Source(record, model, named=bool(opts.checkpoint))
+    from ..train.pretrained import weights_banner
+
+    banner = weights_banner(source.record, source.named)
+    if banner:
+        log(banner)
+    return source
+
+
+def _onnx_source(path: Path) -> Source:
+    """An existing ONNX: the precision it carries and its record, from its sidecar, else its metadata."""
+    from ..runtime.sidecar import read_sidecar, user_fields
+
+    if not path.is_file():
+        raise FileNotFoundError(f"--onnx {path} does not exist")
+    try:
+        record = user_fields(read_sidecar(path))
+        return Source(record, onnx=path, precision=record.get("precision", "fp32"), named=True)
+    except FileNotFoundError:
+        pass
+    from ..runtime.runners import load_onnx  # only without a sidecar: a device with one needs no onnx package
+
+    meta = {p.key: p.value for p in load_onnx(path, load_external_data=False).metadata_props}
+    if "mlit_edge" not in meta:
+        raise ValueError(f"{path} has neither a sidecar nor mlit-edge metadata: export it with mlit-edge export")
+    info = json.loads(meta["mlit_edge"])
+    record = {"classes": info.get("classes"), "preprocess": info.get("preprocess"), "model": info.get("model"),
+              "precision": info.get("precision", "fp32")}
+    return Source(record, onnx=path, precision=record["precision"], named=True)

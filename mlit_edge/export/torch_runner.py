@@ -1,10 +1,10 @@
 """PyTorch behind the `Runner` contract: a module (the reference, or its `to_deploy` form), and a
-checkpoint opened as an artifact (`open_checkpoint`, the torch row of `runtime.artifact.FORMATS`)."""
+checkpoint opened as an artifact (`open_checkpoint`, the opener bench hands to `runtime.artifact.open_artifact`)."""
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -72,8 +72,9 @@ class CheckpointRunner(TorchRunner):
         return {n: o.detach().cpu().numpy() for n, o in zip(self.output_names, outs)}
 
 
-def open_checkpoint(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
-    """A supervised mLiT checkpoint as an artifact: its runner and a record like an export's sidecar."""
+def checkpoint_opener(path: Path, content: bytes) -> tuple[Callable[[RunnerOptions], Runner], dict]:
+    """A supervised mLiT checkpoint, loaded once: a maker of its runners (one per set of options, all
+    from this one load) and a record like an export's sidecar."""
     from ..train.checkpoint import config_from_dict, load_checkpoint
     from .source import model_record
 
@@ -82,4 +83,10 @@ def open_checkpoint(path: Path, content: bytes, options: RunnerOptions) -> tuple
     params = sum(int(np.prod(t.shape)) for t in ckpt["model"].values())
     record = {**model_record(cfg, ckpt.get("size"), ckpt["data"], str(path), hashlib.sha256(content).hexdigest(),
                              params), "precision": "fp32"}
-    return CheckpointRunner(ckpt, options.routing, options.device, options.threads), record
+    return (lambda options: CheckpointRunner(ckpt, options.routing, options.device, options.threads)), record
+
+
+def open_checkpoint(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
+    """A checkpoint as an artifact (`runtime.artifact.open_artifact`'s opener for the torch format)."""
+    make, record = checkpoint_opener(path, content)
+    return make(options), record

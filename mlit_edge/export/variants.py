@@ -13,35 +13,11 @@ from typing import Callable
 
 from ..runtime.artifact import torch_available
 from ..runtime.sidecar import publish, temporary_beside
-from . import PRECISIONS
+from .names import artifact_stem, variant_path
 from .calibration import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
                           routing_coverage, write_manifest)
 
 HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
-
-
-FLAVOURS = {("int8", "onnxruntime"): "int8-ort"}  # precisions made differently for one runtime
-
-
-def artifact_stem(path: str | Path) -> str:
-    """The model's name without format and precision: mlit-xxs-fp16.onnx -> mlit-xxs."""
-    name = Path(path).name.removesuffix(".onnx")
-    for tag in (*FLAVOURS.values(), *PRECISIONS):
-        name = name.removesuffix(f"-{tag}")
-    return name
-
-
-def artifact_name(stem: str, precision: str, suffix: str = ".onnx", runtime: str = "any") -> str:
-    """The one naming rule of every artifact: STEM-PRECISION[-FLAVOUR].SUFFIX, e.g. mlit-xxs-int8.plan,
-    or mlit-xxs-int8-ort.onnx for the INT8 graph made for ONNX Runtime's CPU kernels."""
-    return f"{stem}-{FLAVOURS.get((precision, runtime), precision)}{suffix}"
-
-
-def variant_path(src: str | Path, precision: str, folder: str | Path | None = None, runtime: str = "any") -> Path:
-    """Where the `precision` variant of `src` goes, beside it unless `folder` is given:
-    mlit-xxs-fp32.onnx -> mlit-xxs-int8.onnx, model.onnx -> model-int8.onnx."""
-    src = Path(src)
-    return Path(folder or src.parent) / artifact_name(artifact_stem(src), precision, runtime=runtime)
 
 
 def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root: str | Path = "data",
@@ -59,7 +35,7 @@ def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root
 
 
 def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
-            log: Callable[[str], None] = print, step: str | None = "[3/4]") -> dict:
+            log: Callable[[str], None] = print, step: str | None = "[export 3/3]") -> dict:
     """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
     for a reduced precision, and `accuracy` on the held-out split of its dataset.
 
@@ -129,11 +105,11 @@ def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | N
     coverage = reused = None
     with temporary_beside(final) as tmp:
         if precision == "fp16":
-            log(f"[2/4] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
+            log(f"[export 2/3] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
             record = to_fp16(src, tmp)
         elif runtime == "onnxruntime":
             recipe = recipe or Recipe()
-            log(f"[2/4] int8 for ONNX Runtime {final}: int8 per-channel weights, activations quantized per call "
+            log(f"[export 2/3] int8 for ONNX Runtime {final}: int8 per-channel weights, activations quantized per call "
                 "(no calibration set needed)")
             if torch_available():  # the routing report reads a dataset; a device without torch skips it
                 coverage = routing_coverage(src, calibration_set(recipe, data_root).images,
@@ -142,7 +118,7 @@ def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | N
             record = to_int8_dynamic(src, tmp, coverage)
         else:
             recipe = recipe or Recipe()
-            log(f"[2/4] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
+            log(f"[export 2/3] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
                 f"{recipe.split} (seed {recipe.seed})")
             calib = calibration_set(recipe, data_root)
             manifest = write_manifest(calib.manifest, final.with_name(f"{artifact_stem(final)}-int8.calib.json"))

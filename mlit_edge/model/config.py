@@ -15,7 +15,7 @@ SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
 GATE_INITS = ("default", "zero")
 NOISE_SCHEDULES = ("constant", "cosine")
 POS_INITS = ("normal", "sincos")
-# the gatings of the routing ablation by name (README, "Routing health"); `--gating NAME` applies one
+# the gatings of the routing ablation by name (docs/training.md, "Routing health"); `--gating NAME` applies one
 GATINGS: dict[str, dict] = {
     "paper": {"gate_init": "default", "noise_schedule": "constant"},
     "zero-init": {"gate_init": "zero", "noise_schedule": "constant"},

@@ -1,5 +1,5 @@
 """Noisy top-k gating (Shazeer et al. 2017) as the mLiT paper writes it, with the variants of the
-routing ablation as options (README, "Routing health"): `init="zero"` starts W_g and W_noise at zero
+routing ablation as options (docs/training.md, "Routing health"): `init="zero"` starts W_g and W_noise at zero
 as Shazeer does, and a `noise_scale` buffer lets training anneal the noise.
 
 Every call also reports the routing's health: the clean (noise-free) top-k, which is what the deployed

@@ -1,37 +1,21 @@
 """One loader for every artifact: `open_artifact(path) -> (runner, record)`.
 
 The formats live in one table keyed by name. It holds the only dispatch on file suffixes in the
-project, and each format's opener, which is imported only when a file of that format is opened,
-so this floor stays torch-free: a checkpoint's opener (it needs torch) lives in the export stage.
-Every opener reads the file once and verifies those bytes against the sidecar before they are
-loaded, so what was checked is exactly what runs.
+project, and the opener of each format this floor runs. A checkpoint's opener needs torch, so the
+stage that has torch hands it in (`open_artifact(..., openers={"torch": ...})`, as bench does); the
+floor never names a module above it. Every opener reads the file once and verifies those bytes
+against the sidecar before they are loaded, so what was checked is exactly what runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
+from typing import Callable, Mapping
 
 from .runners import Runner
 
 INPUT = "images"  # the graph input of every mlit-edge artifact
 BATCH_PROFILE = (1, 8, 64)  # MIN, OPT, MAX batch of a dynamic-batch engine; also the batches bench times
-
-
-@dataclass(frozen=True)
-class Format:
-    """An artifact format: its runtime's name, its file suffixes and where its opener lives."""
-
-    name: str
-    suffixes: tuple[str, ...]
-    opener: str  # "module:function", imported on first use
-
-
-FORMATS: dict[str, Format] = {
-    "tensorrt": Format("tensorrt", (".plan", ".engine", ".trt"), "mlit_edge.runtime.artifact:open_plan"),
-    "onnxruntime": Format("onnxruntime", (".onnx",), "mlit_edge.runtime.artifact:open_onnx"),
-    "torch": Format("torch", (".pt", ".pth"), "mlit_edge.export.torch_runner:open_checkpoint"),
-}
 
 
 @dataclass(frozen=True)
@@ -67,20 +51,24 @@ def artifact_format(path: str | Path) -> Format:
     raise ValueError(f"{path}: unknown artifact type {suffix or '(none)'}; expected one of {known}")
 
 
-def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(),
-                  content: bytes | None = None) -> tuple[Runner, dict]:
+def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), content: bytes | None = None,
+                  openers: Mapping[str, "Opener"] | None = None) -> tuple[Runner, dict]:
     """The runner for `path` (not yet open: `with runner:`) and its verified sidecar record.
 
-    `content`: the file's bytes when the caller already read them (read here otherwise).
+    `content`: the file's bytes when the caller already read them (read here otherwise). `openers`: the
+    openers of formats this floor cannot open itself, by format name (bench hands in the checkpoint's).
     """
     path = Path(path)
     fmt = artifact_format(path)
+    opener = (openers or {}).get(fmt.name) or fmt.opener
+    if opener is None:
+        raise ValueError(f"{path}: a {fmt.name} file is opened by the workstation's bench, not the runtime, "
+                         "which runs .plan and .onnx artifacts (build one with mlit-edge build)")
     if content is None:
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
         content = path.read_bytes()
-    module, func = fmt.opener.split(":")
-    return getattr(import_module(module), func)(path, content, options)
+    return opener(path, content, options)
 
 
 def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
@@ -109,3 +97,22 @@ def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
     record = verify_plan(path, content=content)
     check_record(record, path)
     return TensorRTRunner(path, cuda_graph=options.cuda_graph, verified=(content, record)), record
+
+
+Opener = Callable[[Path, bytes, RunnerOptions], tuple[Runner, dict]]
+
+
+@dataclass(frozen=True)
+class Format:
+    """An artifact format: its runtime's name, its file suffixes and its opener."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    opener: Opener | None  # None: handed in by the stage that can open it (a checkpoint needs torch)
+
+
+FORMATS: dict[str, Format] = {
+    "tensorrt": Format("tensorrt", (".plan", ".engine", ".trt"), open_plan),
+    "onnxruntime": Format("onnxruntime", (".onnx",), open_onnx),
+    "torch": Format("torch", (".pt", ".pth"), None),
+}

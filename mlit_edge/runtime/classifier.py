@@ -50,7 +50,7 @@ class Classifier:
         fields, and that they agree with the model's own input and output shapes.
 
         `ort_arena=False` turns ONNX Runtime's CPU memory arena off: large batches then give their memory
-        back after each call, at some latency cost (README, "Bench"). `max_pixels` (None: no limit)
+        back after each call, at some latency cost (docs/bench.md). `max_pixels` (None: no limit)
         refuses larger images, per file, before they are decoded.
         """
         path = Path(path)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .messages import first_line
+
 DEFAULT_MAX_PIXELS = 50_000_000  # [ours] 50 MP: a 8660x5773 photo; the decoded RGB is 150 MB
 
 
@@ -74,11 +76,11 @@ def load_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) ->
     except UnidentifiedImageError:
         raise InputError(f"{path}: not an image file Pillow can read") from None
     except Image.DecompressionBombError as e:  # its own header check, below ours when the limit is raised
-        raise InputError(f"{path}: refused as a decompression bomb ({str(e).splitlines()[0][:120]})") from None
+        raise InputError(f"{path}: refused as a decompression bomb ({first_line(e, 120)})") from None
     except MemoryError:
         raise InputError(f"{path}: not enough memory to decode it") from None
     except (OSError, SyntaxError, ValueError, EOFError) as e:  # truncated or corrupt data
-        raise InputError(f"{path}: corrupt image ({str(e).splitlines()[0][:120]})") from None
+        raise InputError(f"{path}: corrupt image ({first_line(e, 120)})") from None
 
 
 def check_array(a: np.ndarray, where: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:

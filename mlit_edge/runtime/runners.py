@@ -15,6 +15,8 @@ from typing import Mapping
 
 import numpy as np
 
+from .messages import first_line, typed_line
+
 
 class RunnerClosedError(RuntimeError):
     """`infer` on a runner that is not open."""
@@ -104,7 +106,7 @@ class OnnxRuntimeRunner(Runner):
         if threads:
             opts.intra_op_num_threads = int(threads)
         # the CPU arena keeps what the largest batch needed; without it memory goes back after each
-        # call, at some latency on large batches (README, "Bench")
+        # call, at some latency on large batches (docs/bench.md)
         opts.enable_cpu_mem_arena = self.mem_arena
         level = self.session_record.get("graph_optimization_level", "all")
         opts.graph_optimization_level = graph_level(ort, level)
@@ -120,7 +122,7 @@ class OnnxRuntimeRunner(Runner):
         try:
             self._session = ort.InferenceSession(model, opts, providers=providers)
         except Exception as e:  # ONNX Runtime raises its own exception types for bad files
-            raise ValueError(f"ONNX Runtime cannot load {self.path}: {str(e).splitlines()[0][:300]}") from None
+            raise ValueError(f"ONNX Runtime cannot load {self.path}: {first_line(e, 300)}") from None
         first = self._session.get_inputs()[0]
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.input_shape = tuple(d if isinstance(d, int) else None for d in first.shape)
@@ -164,9 +166,7 @@ def load_onnx(src: str | Path | bytes, load_external_data: bool = True):
         return onnx.load(str(src), load_external_data=load_external_data)
     except Exception as e:  # onnx raises DecodeError, ValidationError, OSError... for bad files
         name = "the ONNX bytes" if isinstance(src, bytes) else str(src)
-        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(f"{name} is not a loadable ONNX model ({type(e).__name__}{': ' + detail if detail else ''})") \
-            from None
+        raise ValueError(f"{name} is not a loadable ONNX model ({typed_line(e, 200)})") from None
 
 
 def with_routing_outputs(src: str | Path | bytes):

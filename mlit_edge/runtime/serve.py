@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from .classifier import Classifier
 from .images import DEFAULT_MAX_PIXELS, InputError
+from .messages import typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
 SETTLE_S = 1.0  # [ours] unchanged this long before a file is read
@@ -68,8 +69,7 @@ def classify_file(clf: Classifier, f: Path, stable_for: float, retry_s: float) -
             return None  # perhaps still being written: try again on a later poll
         return {"path": f.name, "error": str(e)}, "failed"
     except Exception as e:  # anything else about this one file: record it, and keep serving
-        return {"path": f.name, "error": f"internal error: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}, \
-            "failed"
+        return {"path": f.name, "error": f"internal error: {typed_line(e, 200)}"}, "failed"
 
 
 def watch(model: str | Path, inbox: str | Path, results: str | Path, interval_s: float = 0.5,

@@ -15,6 +15,7 @@ from torch import nn
 
 from .. import __version__
 from ..model.config import MAEConfig, MLiTConfig
+from ..runtime.messages import first_line
 
 FORMAT = "mlit-edge-checkpoint"
 FORMAT_VERSION = 1
@@ -105,7 +106,7 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     try:
         ckpt = torch.load(io.BytesIO(content), map_location=map_location, weights_only=True)
     except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
                               f"{type(e).__name__}: {first[:200]})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -186,5 +187,5 @@ def model_from_checkpoint(ckpt: dict) -> nn.Module:
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
-        raise CheckpointError(f"checkpoint weights do not match its own config: {str(e).splitlines()[0]}") from None
+        raise CheckpointError(f"checkpoint weights do not match its own config: {first_line(e)}") from None
     return model

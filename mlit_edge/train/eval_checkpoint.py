@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .checkpoint import describe, load_checkpoint, model_from_checkpoint
 from .data import Loader, load_dataset
-from .fit import resolve_device
+from .device import resolve_device
 from .loop import RoutingStats, evaluate, noise_scale_at, set_noise_scale
 
 
@@ -26,7 +26,7 @@ def evaluate_checkpoint(path: str, data: str | None = None, data_root: str = "da
 
 
 def format_evaluation(result: dict) -> str:
-    """The top-1, then per layer the clean routing's shares and health (README, "Routing health")."""
+    """The top-1, then per layer the clean routing's shares and health (docs/training.md, "Routing health")."""
     lines = [result["model"], f"{result['data']} {result['split']}: top-1 {result['top1']:.4f} on {result['images']} "
                               f"images, loss {result['loss']:.4f}",
              "routing per layer: clean expert shares (what the deployed graph does) | entropy / log E | agreement "

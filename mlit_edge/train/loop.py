@@ -71,7 +71,7 @@ def set_noise_scale(model: nn.Module, scale: float) -> None:
 
 
 class RoutingStats:
-    """Routing health per MoE layer, accumulated over batches (README, "Routing health"):
+    """Routing health per MoE layer, accumulated over batches (docs/training.md, "Routing health"):
     the share of token slots each expert got under the routing that was used (noisy in training),
     under the clean routing (what the deployed graph does) and under one noisy draw; the share of
     tokens whose noisy and clean top-k sets agree; the median ratio of the margin that decides a

@@ -3,9 +3,8 @@
 Each is a weights-only checkpoint in `mlit_edge/weights/` listed in `index.json` with its sha256,
 the exact command that produced it and its metrics. Anywhere a checkpoint is taken,
 `pretrained:NAME` names one; its bytes are checked against the recorded sha256 before they are
-loaded, so a changed file is refused in one line.
-
-    python -m mlit_edge.train.pretrained RUN_DIR NAME --command "mlit-edge train ..."   # add one (maintainers)
+loaded, so a changed file is refused in one line. Maintainers add one with
+`python tools/publish_pretrained.py RUN_DIR NAME --command "mlit-edge train ..."`.
 """
 from __future__ import annotations
 
@@ -84,42 +83,3 @@ def weights_banner(record: dict, checkpoint_given: bool) -> str | None:
     if checkpoint_given:
         return None
     return f"weights: {describe(record['checkpoint'])}; --random-weights gives random weights instead"
-
-
-def add(run_dir: str | Path, name: str, command: str, default: bool = True) -> dict:
-    """Ship the checkpoint of a finished training run as pretrained NAME: weights, config and data only."""
-    import torch
-
-    from .checkpoint import load_checkpoint, make_checkpoint, model_from_checkpoint, save_atomic
-    from .eval_checkpoint import evaluate_checkpoint
-
-    run_dir = Path(run_dir)
-    ckpt = load_checkpoint(run_dir / "checkpoint.pt", kind="mlit")
-    model = model_from_checkpoint(ckpt)
-    lean = make_checkpoint("mlit", model, model.cfg, ckpt["size"], ckpt["data"], epoch=ckpt["epoch"],
-                           metrics={k: ckpt["metrics"][k] for k in ("epoch", "test", "routing")})
-    WEIGHTS.mkdir(exist_ok=True)
-    path = WEIGHTS / f"{name}.pt"
-    save_atomic(lean, path)
-    result = evaluate_checkpoint(str(path))
-    models = index()
-    models[name] = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                    "bytes": path.stat().st_size, "size": ckpt["size"], "dataset": ckpt["data"]["name"],
-                    "classes": ckpt["data"]["classes"], "params": sum(p.numel() for p in model.parameters()),
-                    "top1": result["top1"], "test_images": result["images"], "epochs": ckpt["epoch"],
-                    "gating": {k: getattr(model.cfg, k) for k in ("gate_init", "noise_schedule")},
-                    "expert_shares": result["routing"]["clean"], "command": command, "default": default,
-                    "torch": torch.__version__}
-    INDEX.write_text(json.dumps({"format": "mlit-edge-pretrained", "models": models}, indent=1) + "\n")
-    return models[name]
-
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Ship a finished training run as a pretrained model.")
-    ap.add_argument("run_dir")
-    ap.add_argument("name")
-    ap.add_argument("--command", required=True, help="the exact command that trained it")
-    args = ap.parse_args()
-    print(json.dumps(add(args.run_dir, args.name, args.command), indent=1))

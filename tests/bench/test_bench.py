@@ -1,8 +1,6 @@
 """`mlit-edge bench`: statistics, fidelity, routing agreement, the report's schema and refusals."""
 import json
-import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,20 +14,19 @@ from mlit_edge.bench.fidelity import fidelity  # noqa: E402
 from mlit_edge.runtime.runners import routing_agreement  # noqa: E402
 from mlit_edge.bench.host import peak_rss_mb  # noqa: E402
 from mlit_edge.bench.report import format_bench  # noqa: E402
-from mlit_edge.bench.run import BenchConfig, run_bench  # noqa: E402
+from mlit_edge.bench.config import BenchConfig  # noqa: E402
+from mlit_edge.bench.suite import run_bench  # noqa: E402
 from mlit_edge.bench.stats import latency_stats, percentile, time_runner  # noqa: E402
 from mlit_edge.train.checkpoint import make_checkpoint  # noqa: E402
 from mlit_edge.model.config import MLiTConfig  # noqa: E402
 from mlit_edge.train.data import load_dataset  # noqa: E402
-from mlit_edge.engine.builder import write_plan  # noqa: E402
+from mlit_edge.engine.plan import write_plan  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
+from tests.helpers import CLI, ENV  # noqa: E402
 
-ROOT = Path(__file__).parent.parent.parent
-CLI = [sys.executable, "-m", "mlit_edge.cli"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 FAST = BenchConfig(batches=(1, 4), warmup_ms=0, warmup_iters=2, duration_s=None, iterations=5, limit=64)
 
 

@@ -19,17 +19,15 @@ from mlit_edge.export.calibration import (Recipe, calibrate_int8, calibration_se
 from mlit_edge.model.config import MLiTConfig  # noqa: E402
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.variants import make_variant  # noqa: E402
-from mlit_edge.engine.builder import write_plan
+from mlit_edge.engine.plan import write_plan
 from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar, sidecar_path  # noqa: E402
+from tests.helpers import CLI, ENV, ROOT, cli  # noqa: E402
 
-ROOT = Path(__file__).parent.parent.parent
-CLI = [sys.executable, "-m", "mlit_edge.cli"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 RTX = pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (the dev extra installs it)")
 
 
@@ -56,13 +54,6 @@ def tiny_onnx(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def calib() -> object:
     return calibration_set(Recipe("mnist5k", "train", 128, 0))
-
-
-def cli(*args, check=True, **kw):
-    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=ENV, **kw)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 # --- calibration -----------------------------------------------------------------------------------
@@ -293,14 +284,20 @@ def test_killed_build_leaves_no_partial_artifact(tiny_onnx, tmp_path):
     assert not list(out.glob(".*.tmp")) and read_sidecar(out / "mlit-tiny-int8.plan")["precision"] == "int8"
 
 
+@pytest.mark.slow
 def test_build_xxs_fp16_onnxruntime_and_tensorrt_rtx(tmp_path):
-    """The issue's first command on the real size: the ORT artifact, and with -rtx a real plan."""
+    """The README's first build on the real size, without a checkpoint: the shipped pretrained model's
+    weights, named and recorded; the ORT artifact, and with -rtx a real plan."""
+    from mlit_edge.train import pretrained
+
     out = tmp_path / "a"
     target = "tensorrt-rtx" if import_trt() is not None else "onnxruntime"
     proc = cli("build", "--size", "xxs", "--precision", "fp16", "--target", target, "--out", out)
-    assert "weights: pretrained:xxs-mnist5k" in proc.stderr  # the shipped model, not random weights
+    assert "weights: pretrained:xxs-mnist5k" in proc.stderr and "RANDOM" not in proc.stderr  # the shipped model
     rec = read_sidecar(out / "mlit-xxs-fp16.onnx")
     assert rec["precision"] == "fp16" and not rec["random_weights"] and rec["parity"]["top1_agreement"] > 0.99
+    assert rec["checkpoint"] == "pretrained:xxs-mnist5k"  # recorded as such, with the shipped file's sha256
+    assert rec["checkpoint_sha256"] == pretrained.entry_of("pretrained:xxs-mnist5k")["sha256"]
     assert rec["accuracy"]["top1"] >= 0.97
     assert read_sidecar(out / "mlit-xxs-fp32.onnx")["parity"]["max_abs_err"] <= 1e-4
     if target == "tensorrt-rtx":
@@ -391,7 +388,7 @@ def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(tr
     record = read_sidecar(art)
     assert art.name == "mlit-xxs-custom-int8-ort.onnx" and record["runtime"] == "onnxruntime"
     assert record["quantization"]["mode"] == "dynamic" and record["quantization"]["coverage"]["tokens"]
-    assert record["parity"]["top1_agreement"] >= 0.95 and abs(record["accuracy"]["top1"] - 0.0) > 0.5
+    assert record["parity"]["top1_agreement"] >= 0.95 and record["accuracy"]["top1"] > 0.5
     graph = onnx.load(str(art)).graph
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in graph.node}
     routers = router_nodes(onnx.load(str(tmp_path / "mlit-xxs-custom-fp32.onnx")))

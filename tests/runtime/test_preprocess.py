@@ -49,3 +49,15 @@ def test_device_normalisation_equals_numpy_eval_preprocessing():
     x, _ = next(iter(Loader(ds, 6, train=False)))
     np.testing.assert_allclose(x.numpy(), preprocess(raw, mean, std), atol=1e-6, rtol=0)
     np.testing.assert_allclose(normalize(stored, mean, std), preprocess(raw, mean, std), atol=0)
+
+
+def test_first_line_of_any_exception():
+    """One line of any error, never an IndexError on an empty message: the CLI, serve and bench print it."""
+    from mlit_edge.runtime.messages import first_line, typed_line
+
+    assert first_line(ValueError("bad input\nTraceback details")) == "bad input"
+    assert first_line(ValueError("\n  \nsecond")) == "second"
+    assert first_line(MemoryError()) == "MemoryError" and first_line(RuntimeError("")) == "RuntimeError"
+    assert first_line(KeyError("missing key")) == "missing key"  # not "'missing key'"
+    assert first_line(ValueError("x" * 500), 20) == "x" * 20
+    assert typed_line(MemoryError()) == "MemoryError" and typed_line(OSError("disk full")) == "OSError: disk full"

@@ -1,6 +1,5 @@
 """The embedded runtime: no torch, the training eval preprocessing, the bench's predictions, bad input."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,15 +13,14 @@ pytest.importorskip("onnxruntime")
 Image = pytest.importorskip("PIL.Image")
 
 from mlit_edge.train.data import Loader, load_dataset, mnist5k_raw  # noqa: E402
-from mlit_edge.engine.builder import write_plan  # noqa: E402
+from mlit_edge.engine.plan import write_plan  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
+from tests.helpers import ENV  # noqa: E402
 
-ROOT = Path(__file__).parent.parent.parent
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mlit_edge.train.data import Loader
 from mlit_edge.train.distributed import Dist, init_distributed, shutdown
-from test_fit import synthetic_set, tiny_step_model
+from tests.helpers import synthetic_set, tiny_step_model
 
 
 def step(d: Dist, out: str) -> None:

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from test_fit import TINY, cli
+from tests.helpers import TINY, cli
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

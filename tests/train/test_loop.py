@@ -81,10 +81,10 @@ def test_the_optimizer_is_fused_adamw_with_the_documented_betas_and_the_same_upd
 
 @pytest.mark.parametrize("amx", [True, False])
 def test_auto_mixed_precision_is_bf16_on_a_cpu_only_with_amx(monkeypatch, amx):
-    from mlit_edge.train import fit
+    from mlit_edge.train import device
 
-    monkeypatch.setattr(fit, "cpu_has_amx", lambda: amx)
-    assert fit.amp_dtype("auto", torch.device("cpu")) == (torch.bfloat16 if amx else None)
-    assert fit.amp_dtype("off", torch.device("cpu")) is None
-    assert fit.amp_dtype("bf16", torch.device("cpu")) == torch.bfloat16
-    assert fit.amp_dtype("auto", torch.device("cuda")) == torch.float16
+    monkeypatch.setattr(device, "cpu_has_amx", lambda: amx)
+    assert device.amp_dtype("auto", torch.device("cpu")) == (torch.bfloat16 if amx else None)
+    assert device.amp_dtype("off", torch.device("cpu")) is None
+    assert device.amp_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    assert device.amp_dtype("auto", torch.device("cuda")) == torch.float16

@@ -1,21 +1,15 @@
 """The pretrained mLiT that ships in the package: listed, loaded with its sha256 checked, refused when
-changed, and the default weights of `mlit-edge build --size xxs` (README, "Pretrained models")."""
+changed, and `--random-weights` beside it (README, "Pretrained models")."""
 import json
-import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-import torch
 
 from mlit_edge.train import pretrained
 from mlit_edge.train.checkpoint import load_checkpoint, read_checkpoint
+from tests.helpers import CLI, ENV
 
-ROOT = Path(__file__).parent.parent.parent
-CLI = [sys.executable, "-m", "mlit_edge.cli"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 NAME = "pretrained:xxs-mnist5k"
 
 
@@ -47,18 +41,15 @@ def test_a_changed_weights_file_is_refused_in_one_line(tmp_path, monkeypatch):
         load_checkpoint("pretrained:nope")
 
 
-def test_build_without_checkpoint_uses_the_pretrained_weights_and_records_them(tmp_path):
-    proc = subprocess.run([*CLI, "build", "--size", "xxs", "--precision", "fp16", "--target", "onnxruntime",
-                           "--out", str(tmp_path), "--no-eval"], capture_output=True, text=True, env=ENV)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"weights: {NAME}" in proc.stderr and "RANDOM" not in proc.stderr
-    record = json.loads((tmp_path / "mlit-xxs-fp16.onnx.json").read_text())
-    assert record["checkpoint"] == NAME and not record["random_weights"]
-    assert record["checkpoint_sha256"] == pretrained.entry_of(NAME)["sha256"]
+def test_random_weights_build_ignores_the_pretrained_model_and_says_so(tmp_path):
+    """`--random-weights` keeps the latency-only path, with its warning, and records it. (The default,
+    the pretrained weights named and recorded, is checked by tests/engine/test_build.py on the README's
+    first build.)"""
     random = subprocess.run([*CLI, "build", "--size", "xxs", "--precision", "fp32", "--target", "onnxruntime",
                              "--out", str(tmp_path / "r"), "--random-weights"], capture_output=True, text=True, env=ENV)
-    assert random.returncode == 0 and "weights are RANDOM" in random.stderr
-    assert json.loads((tmp_path / "r" / "mlit-xxs-fp32.onnx.json").read_text())["random_weights"]
+    assert random.returncode == 0 and "weights are RANDOM" in random.stderr and NAME not in random.stderr
+    record = json.loads((tmp_path / "r" / "mlit-xxs-fp32.onnx.json").read_text())
+    assert record["random_weights"] and record["checkpoint"] is None
 
 
 def test_eval_of_the_pretrained_model_repeats_its_recorded_top1():
@@ -66,4 +57,3 @@ def test_eval_of_the_pretrained_model_repeats_its_recorded_top1():
 
     result = evaluate_checkpoint(NAME)
     assert result["top1"] == pytest.approx(pretrained.entry_of(NAME)["top1"], abs=1e-9)
-    assert torch.get_num_threads() >= 1

@@ -1,4 +1,4 @@
-"""Commands that run artifacts: bench (workstation), predict and serve (the torch-free runtime)."""
+"""Commands that run inference on artifacts: bench (the workstation), predict and serve (the torch-free runtime)."""
 from __future__ import annotations
 
 import json
@@ -50,8 +50,9 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
     Example:
       mlit-edge bench artifacts/*.onnx runs/x/checkpoint.pt --batch 1,8
     """
-    from ..bench.report import bench_and_save, format_bench
-    from ..bench.run import BenchConfig, provider_names
+    from ..bench.config import BenchConfig, provider_names
+    from ..bench.report import format_bench
+    from ..bench.suite import bench_and_save
 
     cfg = BenchConfig(providers=provider_names(providers), iterations=iterations,
                       duration_s=None if iterations else duration_s, **kw)

@@ -1,0 +1,109 @@
+"""One artifact's bench: open it, time each batch, then its accuracy and fidelity against the reference."""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..export.torch_runner import open_checkpoint
+from ..runtime.artifact import RunnerOptions, open_artifact
+from ..runtime.runners import Runner, routing_agreement
+from .config import ORT_PROVIDERS, BenchConfig, Reference
+from .fidelity import fidelity
+from .host import nvmap_mb, peak_rss_mb, rss_mb
+from .stats import time_runner
+
+OPENERS = {"torch": open_checkpoint}  # the one format the torch-free floor leaves to the stages with torch
+
+
+def open_any(path: str | Path, options: RunnerOptions = RunnerOptions(), content: bytes | None = None
+             ) -> tuple[Runner, dict]:
+    """`open_artifact` with PyTorch checkpoints too: everything bench takes."""
+    return open_artifact(path, options, content, OPENERS)
+
+
+def _onnx_precision(content: bytes) -> str:
+    """An ONNX without a sidecar: the precision mlit-edge wrote into its metadata, if any."""
+    import json
+
+    from ..runtime.runners import load_onnx
+
+    try:
+        meta = {p.key: p.value for p in load_onnx(content).metadata_props}
+        return json.loads(meta.get("mlit_edge", "{}")).get("precision", "?")
+    except Exception:  # not ours, or not parseable: the precision is unknown
+        return "?"
+
+
+def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
+                   ref: Reference | None, log: Callable[[str], None] = print) -> dict:
+    """Open one artifact, time each batch, then measure its accuracy and fidelity (when images are given).
+
+    The reference itself is not opened again: in this process its runners come from the one load in
+    `ref` (an isolated child has its own process to open it in), and its accuracy is its own logits."""
+    path = Path(path)
+    is_ref = ref is not None and bool(ref.path) and Path(ref.path).resolve() == path.resolve()
+    content = None if is_ref and ref.make_runner else path.read_bytes()
+    before, nv_before = rss_mb(), nvmap_mb()
+    if content is None:
+        runner, record = ref.make_runner(cfg.runner_options()), ref.record
+    else:
+        runner, record = open_any(path, cfg.runner_options(), content)
+    notes = [] if record or runner.name == "torch" else [f"{path.name} has no sidecar: provenance unknown"]
+    if runner.name == "onnxruntime":
+        from ..runtime.schema import check_runtime
+
+        if ORT_PROVIDERS["tensorrt"] in (cfg.providers or ()):
+            check_runtime(record, "tensorrt", path)
+        elif record.get("runtime") == "tensorrt":
+            notes.append("QDQ made for TensorRT: ONNX Runtime measures its accuracy; its CPU latency says nothing "
+                         "of TensorRT's (the ONNX Runtime INT8 is the -int8-ort build)")
+    runner.open()
+    precision = record.get("precision") or (_onnx_precision(content) if runner.name == "onnxruntime" else "?")
+    device_mb = None
+    if runner.device_memory_bytes is not None:  # a GPU runner; on Jetson NvMap tells what it really mapped
+        nv = nvmap_mb()
+        device_mb = nv - nv_before if nv is not None and nv_before is not None else runner.device_memory_bytes / 2 ** 20
+    entry = {"artifact": str(path), "label": path.name, "format": runner.name, "precision": precision,
+             "size_mb": path.stat().st_size / 2 ** 20, "load_rss_mb": rss_mb() - before, "device_mb": device_mb,
+             "settings": runner.settings, "notes": notes, "accuracy": None, "latency": {}, "isolated": cfg.isolate}
+    # timing first: the run memory is then the timed runner's alone, before the fidelity pass's runner
+    rng = np.random.default_rng(0)
+    for b in cfg.batches:
+        if runner.static_batch and b != runner.static_batch:
+            notes.append(f"batch {b} skipped: the graph has a fixed batch of {runner.static_batch}")
+            continue
+        x = (images[:b] if images is not None and len(images) >= b else
+             rng.standard_normal((b, *runner.input_shape[1:])).astype(np.float32))
+        log(f"timing {path.name} batch {b} ...")
+        try:
+            stats = time_runner(lambda: runner.infer({runner.input_name: x}), b, cfg.warmup_ms, cfg.warmup_iters,
+                                cfg.duration_s, cfg.iterations, gpu_ms=lambda: runner.last_gpu_ms)
+        except ValueError as e:  # e.g. a batch outside a TensorRT profile
+            notes.append(f"batch {b}: {e}")
+            continue
+        stats["run_rss_mb"] = rss_mb() - before  # what this artifact holds after this batch
+        stats["peak_rss_mb"] = peak_rss_mb()
+        entry["latency"][str(b)] = stats
+    if images is not None:
+        from ..runtime.runners import predict_all
+
+        if is_ref and ref.logits is not None:
+            logits, routes = ref.logits, ref.routes
+        else:
+            log(f"accuracy {path.name} on {len(images)} images ...")
+            routed, _ = open_any(path, cfg.runner_options(routing=True), content)
+            with routed:
+                logits, routes = predict_all(routed, images, routes=True)
+        acc = {"images": int(len(labels)), "top1": float((logits.argmax(1) == labels).mean())}
+        if ref is not None and ref.logits is not None:
+            acc.update(fidelity(logits, ref.logits, labels))
+            if routes and ref.routes and len(routes) == len(ref.routes):
+                acc["routing_agreement"] = routing_agreement(routes, ref.routes)
+        entry["accuracy"] = acc
+    entry["process_peak_rss_mb"] = peak_rss_mb()  # fidelity pass included
+    runner.close()
+    gc.collect()
+    return entry

@@ -1,0 +1,151 @@
+"""`mlit-edge bench`: latency, memory, accuracy and fidelity of artifacts against the PyTorch reference.
+
+The reference is opened once and run once over the evaluation images; each artifact is then benched
+by `artifact.bench_artifact` (timed batch by batch, then run over the test split with its routing
+exposed and compared with the reference). With `isolate` (the CLI's default) each artifact runs in a
+fresh interpreter (`isolation`), so the memory it adds on load and holds after timing is its own.
+The report is saved once, at the end, with everything measured.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+
+from ..runtime.artifact import artifact_format
+from ..export.torch_runner import checkpoint_opener
+from .artifact import bench_artifact, open_any
+from .config import BenchConfig, Reference
+from .host import check_memory, environment
+from .isolation import bench_isolated
+from .report import row, save_report
+from .stats import harness_overhead
+
+SCHEMA = "mlit-edge-bench/1"
+
+
+def _eval_images(data: str, split: str, root: str, limit: int | None):
+    from ..train.data import load_dataset
+
+    ds = load_dataset(data, split, root)
+    n = len(ds) if limit is None else min(limit, len(ds))
+    return ds.inputs(slice(0, n)), ds.labels[:n].numpy(), ds.name
+
+
+def _peek(path: str) -> dict:
+    """An artifact's record without loading its model: the sidecar for an engine or an ONNX (unverified
+    here; the artifact's own bench verifies it), the checkpoint's own description for a .pt."""
+    from ..runtime.sidecar import read_sidecar
+
+    if artifact_format(path).name == "torch":
+        return open_any(path)[1]  # reads and hashes the checkpoint; its model is built only on open
+    try:
+        return read_sidecar(path, verify_hash=False)
+    except (OSError, ValueError):
+        return {}
+
+
+def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
+    """Bench every artifact; returns the JSON-able report (rows, per-artifact details, environment)."""
+    from ..runtime.trt_env import verify_plan
+    from ..train.pretrained import is_pretrained, read_pretrained
+
+    if not paths:
+        raise ValueError("give at least one artifact (.plan, .onnx or .pt)")
+    checked: dict[str, bytes] = {}  # the bytes of each pretrained:NAME, read and hashed once
+
+    def resolve(spec: str) -> str:  # pretrained:NAME -> its checked file
+        if not is_pretrained(spec):
+            return str(spec)
+        file, checked[str(file)] = read_pretrained(spec)
+        return str(file)
+
+    paths = [resolve(p) for p in paths]
+    for p in paths:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"{p} does not exist")
+    formats = {p: artifact_format(p).name for p in paths}  # unknown types refused before any work
+    for p in paths:  # refuse unrunnable engines before measuring anything
+        if formats[p] == "tensorrt":
+            verify_plan(p)
+    ref_path = resolve(cfg.reference) if cfg.reference else next((p for p in paths if formats[p] == "torch"), None)
+    peeks = {p: _peek(p) for p in paths if p != ref_path}
+    if ref_path is None:
+        ref_path = next((resolve(r["checkpoint"]) for r in peeks.values() if r.get("checkpoint")
+                         and (is_pretrained(r["checkpoint"]) or Path(r["checkpoint"]).is_file())), None)
+    ref = None
+    if ref_path:  # the one read and load of the reference per command; its runners all come from it
+        content = checked.get(ref_path) or Path(ref_path).read_bytes()
+        make_runner, record = checkpoint_opener(Path(ref_path), content)
+        ref = Reference(str(ref_path), record, make_runner=make_runner)
+        peeks[ref_path] = record
+    check_memory(list(peeks.values()), cfg.batches, log)
+    data = cfg.data or next(((r.get("preprocess") or {}).get("dataset") for r in ([ref.record] if ref else []) +
+                             list(peeks.values()) if (r.get("preprocess") or {}).get("dataset")), None)
+    report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "environment": environment(cfg.threads), "harness_overhead": harness_overhead(),
+              "config": {"batches": list(cfg.batches), "warmup_ms": cfg.warmup_ms, "warmup_iters": cfg.warmup_iters,
+                         "duration_s": cfg.duration_s, "iterations": cfg.iterations, "cuda_graph": cfg.cuda_graph,
+                         "ort_arena": cfg.ort_arena, "data": data, "split": cfg.split,
+                         "reference": ref.path if ref else None},
+              "artifacts": [], "rows": []}
+    images = labels = None
+    if data:
+        images, labels, data_name = _eval_images(data, cfg.split, cfg.data_root, cfg.limit)
+        report["config"].update(data=data_name, images=int(len(labels)))
+        if ref is not None:
+            from ..runtime.runners import predict_all
+
+            with ref.make_runner(cfg.runner_options(routing=True)) as runner:
+                ref.logits, ref.routes = predict_all(runner, images, routes=True)
+    else:
+        log("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
+    provenance = reference_match(peeks, ref.path) if ref is not None and ref.logits is not None else {}
+    for p, (_, note) in provenance.items():
+        if note:
+            log(f"note: {Path(p).name}: {note}")
+    if cfg.isolate:
+        entries = bench_isolated(paths, cfg, images, labels, ref)
+    else:  # one artifact at a time, so each memory figure is as much its own as one process allows
+        entries = (bench_artifact(p, cfg, images, labels, ref, log) for p in paths)
+    for p, entry in zip(paths, entries):
+        match, note = provenance.get(p, (None, None))
+        entry["reference_match"] = match
+        if note:
+            entry["notes"].append(note)
+        report["artifacts"].append(entry)
+        report["rows"] += [row(entry, int(b), stats) for b, stats in entry["latency"].items()]
+    return report
+
+
+def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bool | None, str | None]]:
+    """Per artifact: whether it was built from the reference checkpoint (by sha256; None when its record
+    does not say), and a note when not, since its agreement and routing then compare two different models."""
+    ref_sha = peeks[ref_path].get("checkpoint_sha256")
+    if ref_sha is None:
+        return {}
+    out: dict[str, tuple[bool | None, str | None]] = {}
+    for p, rec in peeks.items():
+        sha = rec.get("checkpoint_sha256")
+        if rec.get("random_weights"):
+            out[p] = (False, "random weights (built without a checkpoint): agreement with the reference is "
+                             "meaningless")
+        elif sha is None:
+            out[p] = (None, None)
+        elif sha == ref_sha:
+            out[p] = (True, None)
+        else:
+            out[p] = (False, f"built from {rec.get('checkpoint') or p} (sha256 {sha[:12]}), not from the reference "
+                             f"{ref_path} ({ref_sha[:12]}): agreement and routing compare two different models")
+    return out
+
+
+def bench_and_save(paths: list[str], cfg: BenchConfig, json_path: str | Path | None = None,
+                   plot_dir: str | Path | None = None, log: Callable[[str], None] = print) -> dict:
+    """`mlit-edge bench`: refuse an output that cannot be written before measuring, bench, then save."""
+    if json_path and not Path(json_path).resolve().parent.is_dir():
+        raise FileNotFoundError(f"--json {json_path}: folder {Path(json_path).parent} does not exist")
+    report = run_bench(paths, cfg, log)
+    save_report(report, json_path, plot_dir, log)
+    return report

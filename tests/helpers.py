@@ -1,0 +1,46 @@
+"""What several test files share: the CLI run as a user runs it, in a subprocess, and tiny models."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+CLI = [sys.executable, "-m", "mlit_edge.cli"]
+# one thread per subprocess: the suite runs two test workers on a 2-core machine
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+# `--set` options that make a 3-layer mLiT of width 12: every code path of the real sizes in seconds
+TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "depth=3", "--set", "hidden_first=8",
+        "--set", "hidden_last=4"]
+
+
+def cli(*args, check: bool = True, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """`mlit-edge ARGS` in a subprocess (output captured); asserts a zero exit unless `check` is False."""
+    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env or ENV, **kw)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def tiny_step_model():
+    """Deterministic tiny classifier: no gate noise, no balancing loss, so DDP and one process must agree."""
+    import torch
+
+    from mlit_edge.model.config import MLiTConfig
+    from mlit_edge.model.mlit import MLiT
+
+    torch.manual_seed(0)
+    return MLiT(MLiTConfig(img_size=36, num_classes=3, dim=12, depth=3, heads=2, groups=1, hidden_first=8,
+                           hidden_last=4, noisy_gating=False, w_importance=0.0, w_load=0.0))
+
+
+def synthetic_set(n: int = 16):
+    """`n` random 36x36 images in 3 classes, as an ImageSet."""
+    import torch
+
+    from mlit_edge.train.data import ImageSet
+
+    g = torch.Generator().manual_seed(1)
+    return ImageSet("syn", torch.randint(0, 256, (n, 3, 36, 36), dtype=torch.uint8, generator=g),
+                    torch.arange(n) % 3, ["a", "b", "c"], (0.5,) * 3, (0.25,) * 3, True)
