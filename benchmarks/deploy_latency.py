@@ -76,7 +76,7 @@ def main() -> None:
     fp32 = work / "m-fp32.onnx"
     export_onnx(model, fp32, info)
     recipe = Recipe(info["preprocess"]["dataset"] or "mnist5k", "train", 512, 0)
-    quiet = {"model": model, "recipe": recipe, "evaluate": False, "log": lambda _: None}
+    quiet = {"model": model, "recipe": recipe, "evaluate": False}  # its progress lines are not shown (no handler)
     fp16 = make_variant(fp32, "fp16", **quiet).path
     int8_trt = make_variant(fp32, "int8", **quiet).path
     int8_ort = make_variant(fp32, "int8", runtime="onnxruntime", **quiet).path

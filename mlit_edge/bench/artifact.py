@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import gc
+import logging
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -14,6 +14,8 @@ from .config import ORT_PROVIDERS, BenchConfig, Reference
 from .fidelity import fidelity
 from .host import nvmap_mb, peak_rss_mb, rss_mb
 from .stats import time_runner
+
+logger = logging.getLogger(__name__)
 
 OPENERS = {"torch": open_checkpoint}  # the one format the torch-free floor leaves to the stages with torch
 
@@ -38,7 +40,7 @@ def _onnx_precision(content: bytes) -> str:
 
 
 def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
-                   ref: Reference | None, log: Callable[[str], None] = print) -> dict:
+                   ref: Reference | None) -> dict:
     """Open one artifact, time each batch, then measure its accuracy and fidelity (when images are given).
 
     The reference itself is not opened again: in this process its runners come from the one load in
@@ -77,7 +79,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
             continue
         x = (images[:b] if images is not None and len(images) >= b else
              rng.standard_normal((b, *runner.input_shape[1:])).astype(np.float32))
-        log(f"timing {path.name} batch {b} ...")
+        logger.info(f"timing {path.name} batch {b} ...")
         try:
             stats = time_runner(lambda: runner.infer({runner.input_name: x}), b, cfg.warmup_ms, cfg.warmup_iters,
                                 cfg.duration_s, cfg.iterations, gpu_ms=lambda: runner.last_gpu_ms)
@@ -93,7 +95,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         if is_ref and ref.logits is not None:
             logits, routes = ref.logits, ref.routes
         else:
-            log(f"accuracy {path.name} on {len(images)} images ...")
+            logger.info(f"accuracy {path.name} on {len(images)} images ...")
             routed, _ = open_any(path, cfg.runner_options(routing=True), content)
             with routed:
                 logits, routes = predict_all(routed, images, routes=True)

@@ -2,11 +2,13 @@
 report records (CPU, GPU, threads, library versions; on Jetson the power mode and clocks)."""
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import resource
 from pathlib import Path
-from typing import Callable
+
+logger = logging.getLogger(__name__)
 
 
 def rss_mb() -> float:
@@ -60,7 +62,7 @@ def batch_bytes(record: dict, batch: int) -> int:
     return int(1.5 * 4 * per_image * batch)  # float32, with headroom for the runtime's own copies
 
 
-def check_memory(records: list[dict], batches: tuple[int, ...], log: Callable[[str], None]) -> None:
+def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
     """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
     available = available_mb()
     if available is None:
@@ -71,8 +73,9 @@ def check_memory(records: list[dict], batches: tuple[int, ...], log: Callable[[s
         raise ValueError(f"--batch {b}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
                          f"than the {available / 1024:.1f} GiB available here; time a smaller batch")
     if need > 0.4 * available:
-        log(f"warning: batch {b} needs about {need / 1024:.1f} GiB (estimated) of the {available / 1024:.1f} GiB "
-            "available; timings may include swapping or the run may be killed")
+        logger.warning(f"warning: batch {b} needs about {need / 1024:.1f} GiB (estimated) of the "
+                       f"{available / 1024:.1f} GiB "
+                       "available; timings may include swapping or the run may be killed")
 
 
 def nvmap_mb() -> float | None:

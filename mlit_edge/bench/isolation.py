@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime.messages import first_line
+from ..runtime.messages import first_line, log_to_stderr
 from .artifact import bench_artifact
 from .config import BenchConfig, Reference
 
@@ -57,6 +57,7 @@ def worker(folder: str, path: str, out: str) -> int:
 
     from ..runtime.artifact import artifact_format
 
+    log_to_stderr()  # its progress lines reach the parent's stderr
     folder = Path(folder)
     try:
         sent = json.loads((folder / "config.json").read_text())
@@ -72,8 +73,7 @@ def worker(folder: str, path: str, out: str) -> int:
         if "ref_logits" in arrays:
             routes = [arrays[f"ref_route_{i}"] for i in range(sum(k.startswith("ref_route_") for k in arrays))]
             ref = Reference(sent["reference"] or "", {}, arrays["ref_logits"], routes or None)
-        entry = bench_artifact(path, cfg, arrays.get("images"), arrays.get("labels"), ref,
-                               log=lambda line: print(line, file=sys.stderr, flush=True))
+        entry = bench_artifact(path, cfg, arrays.get("images"), arrays.get("labels"), ref)
         result = {"entry": entry}
     except Exception as e:  # reported by the parent as one line
         result = {"error": first_line(e)}

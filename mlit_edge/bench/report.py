@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
-from typing import Callable
+
+logger = logging.getLogger(__name__)
 
 
 def row(entry: dict, batch: int, stats: dict) -> dict:
@@ -83,15 +85,14 @@ def plot(report: dict, folder: str | Path) -> list[Path]:
     return paths
 
 
-def save_report(report: dict, json_path: str | Path | None, plot_dir: str | Path | None,
-                log: Callable[[str], None] = print) -> None:
+def save_report(report: dict, json_path: str | Path | None, plot_dir: str | Path | None) -> None:
     """The full report as JSON (with per-call samples) and the plots, where asked for."""
     from ..runtime.sidecar import atomic_path
 
     if json_path:
         with atomic_path(json_path) as tmp:
             tmp.write_text(json.dumps(report, indent=1) + "\n")
-        log(f"report: {json_path}")
+        logger.info(f"report: {json_path}")
     if plot_dir:
         for p in plot(report, plot_dir):
-            log(f"plot: {p}")
+            logger.info(f"plot: {p}")

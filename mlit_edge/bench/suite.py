@@ -8,19 +8,20 @@ The report is saved once, at the end, with everything measured.
 """
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
-from typing import Callable
 
-
-from ..runtime.artifact import artifact_format
 from ..export.torch_runner import checkpoint_opener
+from ..runtime.artifact import artifact_format
 from .artifact import bench_artifact, open_any
 from .config import BenchConfig, Reference
 from .host import check_memory, environment
 from .isolation import bench_isolated
 from .report import row, save_report
 from .stats import harness_overhead
+
+logger = logging.getLogger(__name__)
 
 SCHEMA = "mlit-edge-bench/1"
 
@@ -46,7 +47,7 @@ def _peek(path: str) -> dict:
         return {}
 
 
-def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
+def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
     """Bench every artifact; returns the JSON-able report (rows, per-artifact details, environment)."""
     from ..runtime.trt_env import verify_plan
     from ..train.pretrained import is_pretrained, read_pretrained
@@ -80,7 +81,7 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
         make_runner, record = checkpoint_opener(Path(ref_path), content)
         ref = Reference(str(ref_path), record, make_runner=make_runner)
         peeks[ref_path] = record
-    check_memory(list(peeks.values()), cfg.batches, log)
+    check_memory(list(peeks.values()), cfg.batches)
     data = cfg.data or next(((r.get("preprocess") or {}).get("dataset") for r in ([ref.record] if ref else []) +
                              list(peeks.values()) if (r.get("preprocess") or {}).get("dataset")), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -100,15 +101,15 @@ def run_bench(paths: list[str], cfg: BenchConfig, log: Callable[[str], None] = p
             with ref.make_runner(cfg.runner_options(routing=True)) as runner:
                 ref.logits, ref.routes = predict_all(runner, images, routes=True)
     else:
-        log("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
+        logger.info("note: no dataset known (no sidecar, no --data): accuracy and fidelity are skipped")
     provenance = reference_match(peeks, ref.path) if ref is not None and ref.logits is not None else {}
     for p, (_, note) in provenance.items():
         if note:
-            log(f"note: {Path(p).name}: {note}")
+            logger.info(f"note: {Path(p).name}: {note}")
     if cfg.isolate:
         entries = bench_isolated(paths, cfg, images, labels, ref)
     else:  # one artifact at a time, so each memory figure is as much its own as one process allows
-        entries = (bench_artifact(p, cfg, images, labels, ref, log) for p in paths)
+        entries = (bench_artifact(p, cfg, images, labels, ref) for p in paths)
     for p, entry in zip(paths, entries):
         match, note = provenance.get(p, (None, None))
         entry["reference_match"] = match
@@ -142,10 +143,10 @@ def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bo
 
 
 def bench_and_save(paths: list[str], cfg: BenchConfig, json_path: str | Path | None = None,
-                   plot_dir: str | Path | None = None, log: Callable[[str], None] = print) -> dict:
+                   plot_dir: str | Path | None = None) -> dict:
     """`mlit-edge bench`: refuse an output that cannot be written before measuring, bench, then save."""
     if json_path and not Path(json_path).resolve().parent.is_dir():
         raise FileNotFoundError(f"--json {json_path}: folder {Path(json_path).parent} does not exist")
-    report = run_bench(paths, cfg, log)
-    save_report(report, json_path, plot_dir, log)
+    report = run_bench(paths, cfg)
+    save_report(report, json_path, plot_dir)
     return report

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from ..runtime.messages import log_to_stderr
 from .deploy import build, check_cmd, export
 from .inference import bench, predict, serve
 from .train import eval_, finetune, info, pretrain, pretrained, quickstart, train
@@ -19,6 +20,7 @@ from .train import eval_, finetune, info, pretrain, pretrained, quickstart, trai
 @click.version_option(__version__, prog_name="mlit-edge")
 def main() -> None:
     """mlit-edge: train, convert, build and benchmark mLiT vision transformers for edge GPUs."""
+    log_to_stderr()
 
 
 for command in (info, train, pretrain, finetune, eval_, pretrained, export, build, bench, quickstart, predict, serve,

@@ -8,7 +8,7 @@ import click
 
 from ..export import PRECISIONS
 from ..runtime.artifact import BATCH_PROFILE
-from .common import OPSET, batch_triple, check_size, log, user_errors
+from .common import OPSET, batch_triple, check_size, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
                       help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
@@ -47,7 +47,7 @@ def export(**kw) -> None:
     """
     from ..export.pipeline import ExportRequest, run_export
 
-    run_export(ExportRequest(**kw), log=click.echo)
+    run_export(ExportRequest(**kw))
 
 
 @click.command()
@@ -115,7 +115,7 @@ def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
 
     cache = None if no_calib_cache else (calib_cache or str(default_cache_dir()))
     req = BuildRequest(calib_cache=cache, **kw)
-    result = run_build(req, log=log)
+    result = run_build(req)
     click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record,
                            "coverage": result.coverage}, indent=2) if as_json else str(result.artifact))
 

@@ -56,7 +56,7 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
 
     cfg = BenchConfig(providers=provider_names(providers), iterations=iterations,
                       duration_s=None if iterations else duration_s, **kw)
-    click.echo(format_bench(bench_and_save(list(artifacts), cfg, json_path, plot_dir, log=log)))
+    click.echo(format_bench(bench_and_save(list(artifacts), cfg, json_path, plot_dir)))
 
 
 @click.command()

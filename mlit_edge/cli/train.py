@@ -6,7 +6,7 @@ import json
 import click
 
 from ..model.config import GATINGS
-from .common import SIZE, int_list, log, parse_set, user_errors
+from .common import SIZE, int_list, parse_set, user_errors
 
 @click.command()
 @SIZE
@@ -74,7 +74,7 @@ def _train_command(task: str, size: str, **kw) -> None:
     from ..train.fit import RunConfig, fit
 
     run = RunConfig.for_task(task, size, **kw)
-    metrics = fit(run, log=log)
+    metrics = fit(run)
     if not metrics:  # ranks other than 0 under torchrun report nothing
         return
     if metrics.get("test"):
@@ -140,8 +140,8 @@ def eval_(as_json: bool, **kw) -> None:
               help="Folder for the run, the artifacts and bench.json.")
 @SIZE
 @click.option("--train", is_flag=True, help="Train a model from scratch first instead of starting from the "
-                                            "shipped pretrained one (the recipe of docs/training.md: positions from the "
-                                            "sin-cos table, --set pos_init=normal for timm's init).")
+                                            "shipped pretrained one (the recipe of docs/training.md: positions "
+                                            "from the sin-cos table, --set pos_init=normal for timm's init).")
 @click.option("--epochs", default=10, show_default=True, type=click.IntRange(min=1),
               help="With --train (10 with the defaults: about 96% top-1, docs/training.md).")
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="With --train.")
@@ -163,7 +163,7 @@ def quickstart(**kw) -> None:
     from ..export.calibration import default_cache_dir
     from ..quickstart import run_quickstart
 
-    report = run_quickstart(calib_cache=str(default_cache_dir()), log=log, **kw)
+    report = run_quickstart(calib_cache=str(default_cache_dir()), **kw)
     click.echo(format_bench(report))
 
 

@@ -9,9 +9,9 @@ leaves no partial artifact under a final name.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..export import PRECISIONS
 from ..export.names import artifact_name
@@ -21,6 +21,8 @@ from ..runtime.artifact import BATCH_PROFILE, torch_available
 from ..runtime.trt_env import import_trt, local_env
 from . import FRONTENDS, TARGETS
 from .plan import BuildOptions, engine_record, write_plan
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,10 @@ def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None
     return "tensorrt", None
 
 
-def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: Source | None = None) -> BuildResult:
+def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     """Run the whole build: the export stage once (`export.pipeline.export_stage`), then, inside its locked
-    folder, what a build adds: the engine and its sidecar. `log` gets progress lines and warnings. `source`: the export's
-    source (`export.source.open_source`) when the caller already opened it.
+    folder, what a build adds: the engine and its sidecar. Progress lines and warnings go to the `mlit_edge`
+    loggers. `source`: the export's source (`export.source.open_source`) when the caller already opened it.
 
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
@@ -103,16 +105,16 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: Sou
     target, note = resolve_target(req.target, req.frontend)
     runtime = "onnxruntime" if target == "onnxruntime" else "tensorrt"
     if note:
-        log(note)
+        logger.info(note)
     if req.precision == "fp16" and runtime == "onnxruntime":
-        log("note: fp16 is not a speed format on a CPU: ONNX Runtime runs it through inserted Casts, no faster "
-            "than fp32; it is built for TensorRT on the GPU (and to measure its accuracy here)")
+        logger.info("note: fp16 is not a speed format on a CPU: ONNX Runtime runs it through inserted Casts, no faster "
+                    "than fp32; it is built for TensorRT on the GPU (and to measure its accuracy here)")
     if req.frontend == "torch-tensorrt":
         from .torch_trt import require_torch_tensorrt
 
         require_torch_tensorrt(req.precision)
     trt = import_trt(target) if target in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
-    source = source or open_source(req, req.onnx, log)
+    source = source or open_source(req, req.onnx)
     if source.onnx:
         check_runtime(source.record, runtime, source.onnx)
     if source.precision not in ("fp32", req.precision):
@@ -126,37 +128,38 @@ def run_build(req: BuildRequest, log: Callable[[str], None] = print, source: Sou
     plan = out / artifact_name(source.stem, req.precision, ".plan")
     engine = trt is not None or req.frontend == "torch-tensorrt"
     with export_stage(req, source, out / artifact_name(source.stem, "fp32"), (req.precision,), runtime,
-                      more_outputs=(plan,) if engine else (), log=log) as exported:
+                      more_outputs=(plan,) if engine else ()) as exported:
         final = exported.variants[req.precision]
         notes = [note] if note else []
         if not engine:
-            log(f"[build] artifact for ONNX Runtime: {final.path} (+ {final.path.name}.json)")
+            logger.info(f"[build] artifact for ONNX Runtime: {final.path} (+ {final.path.name}.json)")
             return BuildResult(final.path, final.record, final.path, target, notes, final.coverage,
                                final.calibration_reused)
-        result = _engine(req, source.model, final.path, plan, trt, log)
+        result = _engine(req, source.model, final.path, plan, trt)
         record = write_plan(result["engine"], plan, engine_record(final.path, result, local_env(target), target,
                                                                   req.frontend))
-        log(f"      {plan}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, {result['build_s']} s "
-            f"(+ {plan.name}.json)")
+        logger.info(f"      {plan}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, "
+                    f"{result['build_s']} s "
+                    f"(+ {plan.name}.json)")
         return BuildResult(plan, record, final.path, target, notes, final.coverage, final.calibration_reused)
 
 
-def _engine(req: BuildRequest, model, final: Path, plan: Path, trt, log: Callable[[str], None]) -> dict:
+def _engine(req: BuildRequest, model, final: Path, plan: Path, trt) -> dict:
     """The serialized engine of `final`, through TensorRT's ONNX parser or torch-tensorrt."""
     opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core)
     if req.frontend == "torch-tensorrt":
         from ..export.static import to_deploy
         from .torch_trt import torch_tensorrt_engine
 
-        log(f"[build] torch-tensorrt: compiling to_deploy(model) into {plan}")
+        logger.info(f"[build] torch-tensorrt: compiling to_deploy(model) into {plan}")
         cfg = model.cfg
         return torch_tensorrt_engine(to_deploy(model), req.precision, opts,
                                      (1, cfg.in_chans, cfg.img_size, cfg.img_size), req.batch)
     from .plan import build_serialized
 
     lo, opt, hi = req.profile
-    log(f"[build] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
-        f"(batch {req.batch or f'{lo},{opt},{hi}'})")
+    logger.info(f"[build] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
+                f"(batch {req.batch or f'{lo},{opt},{hi}'})")
     result = build_serialized(final, trt, opts)
     if not result["ok"]:
         raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))

@@ -6,9 +6,10 @@ this plus the engine step (`engine.build`), with the same options (`ExportOption
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from ..runtime.artifact import torch_available
 from . import DEFAULT_OPSET, OPSETS, PRECISIONS
@@ -16,6 +17,8 @@ from .calibration import MIN_EXPERT_TOKENS
 from .source import Source, open_source
 from .names import artifact_name, variant_path
 from .variants import Variant, make_variant, measure
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,23 +83,23 @@ class Exported:
 
 @contextlib.contextmanager
 def export_stage(opts: ExportOptions, source: Source, fp32: Path, precisions: tuple[str, ...],
-                 runtime: str = "tensorrt", probe: bool = False, more_outputs: tuple[Path, ...] = (),
-                 log: Callable[[str], None] = print) -> Iterator[Exported]:
+                 runtime: str = "tensorrt", probe: bool = False,
+                 more_outputs: tuple[Path, ...] = ()) -> Iterator[Exported]:
     """The export stage in the folder of `fp32`, locked for this writer while the caller works inside
     (a build adds its plan there): every output checked first (none replaces an artifact of another
     source unless `opts.force`), then `export_artifacts`. `more_outputs`: what the caller will write."""
     from ..runtime.outputs import guard_replace, output_folder
 
-    with output_folder(fp32.parent, log):
+    with output_folder(fp32.parent):
         planned = ([] if source.onnx else [fp32]) + [variant_path(fp32, p, runtime=runtime) for p in precisions
                                                      if p != source.precision]
         for path in (*planned, *more_outputs):
             guard_replace(path, source.record, opts.force)
-        yield export_artifacts(opts, source, fp32, precisions, runtime, probe, log)
+        yield export_artifacts(opts, source, fp32, precisions, runtime, probe)
 
 
 def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions: tuple[str, ...],
-                     runtime: str = "tensorrt", probe: bool = False, log: Callable[[str], None] = print) -> Exported:
+                     runtime: str = "tensorrt", probe: bool = False) -> Exported:
     """The stage's three steps, into the folder of `fp32` (locked by the caller: `export_stage`): the fp32
     ONNX, each variant of `precisions`, and what each computes (parity against PyTorch, top-1 on the
     held-out split).
@@ -107,24 +110,26 @@ def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions
     # 1. the fp32 ONNX (or the given one)
     if source.onnx:
         fp32 = source.onnx
-        log(f"[export 1/3] source ONNX {fp32} ({source.precision})")
+        logger.info(f"[export 1/3] source ONNX {fp32} ({source.precision})")
     elif source.reusable(fp32, opts.opset, opts.batch, probe):
-        log(f"[export 1/3] reusing {fp32}: same checkpoint, opset and batch, checked against PyTorch when written")
+        logger.info(f"[export 1/3] reusing {fp32}: same checkpoint, opset and batch, checked against PyTorch when "
+                    "written")
     else:
         from .onnx_export import export_onnx
 
-        log(f"[export 1/3] {fp32} (opset {opts.opset}, batch {opts.batch or 'dynamic'}) and its check against PyTorch")
+        logger.info(f"[export 1/3] {fp32} (opset {opts.opset}, batch {opts.batch or 'dynamic'}) and its check "
+                    "against PyTorch")
         evaluate = opts.evaluate and "fp32" in precisions  # a variant's own accuracy is what counts
         rec = export_onnx(source.model, fp32, source.record, opset=opts.opset, batch=opts.batch, probe=probe,
-                          measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, log, step=None))
-        log(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
+                          measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None))
+        logger.info(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
     # 2-3. the precision variants, each measured before it is published
     from ..runtime.sidecar import read_sidecar
 
     variants = {source.precision: Variant(fp32, read_sidecar(fp32))}
     wanted = [p for p in precisions if p != source.precision]
     if not wanted:
-        log(f"[export 2/3] {source.precision}: the source already carries it")
+        logger.info(f"[export 2/3] {source.precision}: the source already carries it")
     if wanted:
         from .calibration import resolve_recipe
 
@@ -133,26 +138,26 @@ def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions
         for precision in wanted:
             variants[precision] = make_variant(fp32, precision, source.model, recipe, opts.data_root,
                                                opts.calib_cache, opts.min_expert_tokens,
-                                               opts.evaluate and torch_available(), log, folder=folder,
+                                               opts.evaluate and torch_available(), folder=folder,
                                                runtime=runtime)
     for precision in precisions:
         top1 = (variants[precision].record.get("accuracy") or {}).get("top1")
         if precision == source.precision:
-            log(f"[export 3/3] {precision}: top-1 measured on export: {top1:.4f}" if top1 is not None else
-                f"[export 3/3] {precision}: accuracy not measured (random weights, --no-eval, or no dataset "
-                "recorded)")
+            logger.info(f"[export 3/3] {precision}: top-1 measured on export: {top1:.4f}" if top1 is not None else
+                        f"[export 3/3] {precision}: accuracy not measured (random weights, --no-eval, or no dataset "
+                        "recorded)")
     return Exported(source, fp32, variants)
 
 
-def run_export(req: ExportRequest, log: Callable[[str], None] = print) -> list[Path]:
+def run_export(req: ExportRequest) -> list[Path]:
     """`mlit-edge export`: the fp32 export, checked against PyTorch, and the variants asked for beside it
     (TensorRT's flavour); returns their paths."""
     out = Path(req.out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    source = open_source(req, log=log)
+    source = open_source(req)
     precisions = ("fp32", *(p for p in ("fp16", "int8") if p in req.precisions))
-    with export_stage(req, source, out, precisions, "tensorrt", req.probe, log=log) as exported:
+    with export_stage(req, source, out, precisions, "tensorrt", req.probe) as exported:
         return [exported.variants[p].path for p in precisions]
 
 

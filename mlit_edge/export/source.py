@@ -7,11 +7,14 @@ existing ONNX with its sidecar (the device-side flow, which needs neither torch 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .names import artifact_stem
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..model.config import MLiTConfig
@@ -94,10 +97,11 @@ class Source:
             return False
         return (rec.get("checkpoint_sha256") == sha and rec.get("opset") == opset
                 and rec.get("batch") == (batch or "dynamic") and rec.get("probe") is probe
-                and rec.get("mlit_edge_version") == __version__ and (rec.get("parity") or {}).get("max_abs_err") is not None)
+                and rec.get("mlit_edge_version") == __version__
+                and (rec.get("parity") or {}).get("max_abs_err") is not None)
 
 
-def open_source(opts, onnx: str | None = None, log: Callable[[str], None] = print) -> Source:
+def open_source(opts, onnx: str | None = None) -> Source:
     """The source `opts` (an `ExportOptions`) names, or the ONNX `onnx`; says which weights it holds when
     the user did not name them (the shipped model a size defaults to, or the random-weights warning)."""
     if onnx:
@@ -110,7 +114,7 @@ def open_source(opts, onnx: str | None = None, log: Callable[[str], None] = prin
 
     banner = weights_banner(source.record, source.named)
     if banner:
-        log(banner)
+        logger.info(banner)
     return source
 
 

@@ -46,21 +46,18 @@ class TorchRunner(Runner):
 
 class CheckpointRunner(TorchRunner):
     """A classifier checkpoint: logits from the eval-mode model itself and, with `routing`, each layer's
-    expert choices from its `to_deploy` form (whose choices equal the model's; tested in test_export)."""
+    clean expert choices from the same forward pass (the choices the deployed graph makes)."""
 
     def __init__(self, ckpt: dict, routing: bool, device: str = "cpu", threads: int | None = None) -> None:
         cfg = ckpt["config"]
         names = ["logits"] + ([f"experts_{i}" for i in range(cfg["depth"])] if routing else [])
         super().__init__(None, names, (None, cfg["in_chans"], cfg["img_size"], cfg["img_size"]), device, threads)
-        self.ckpt, self.probe = ckpt, None
+        self.ckpt = ckpt
 
     def activate_impl(self) -> None:
         from ..train.checkpoint import model_from_checkpoint
-        from .static import to_deploy
 
         self.module = model_from_checkpoint(self.ckpt)
-        if len(self.output_names) > 1:
-            self.probe = to_deploy(self.module, probe=True).to(self.device)
         super().activate_impl()
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -68,8 +65,11 @@ class CheckpointRunner(TorchRunner):
 
         x = torch.from_numpy(np.ascontiguousarray(feed[INPUT])).to(self.device)
         with torch.inference_mode():
-            outs = [self.module(x)] + (list(self.probe(x)[1:]) if self.probe is not None else [])
-        return {n: o.detach().cpu().numpy() for n, o in zip(self.output_names, outs)}
+            if not self.route_names:
+                return {"logits": self.module(x).detach().cpu().numpy()}
+            logits, aux = self.module(x, return_aux=True)
+        routes = [r.clean_i.reshape(len(x), -1, r.clean_i.shape[-1]) for r in aux.routings]  # (B, N, K)
+        return {n: o.detach().cpu().numpy() for n, o in zip(self.output_names, [logits, *routes])}
 
 
 def checkpoint_opener(path: Path, content: bytes) -> tuple[Callable[[RunnerOptions], Runner], dict]:

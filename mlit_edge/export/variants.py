@@ -7,15 +7,17 @@ everything measured.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..runtime.artifact import torch_available
 from ..runtime.sidecar import publish, temporary_beside
 from .names import artifact_stem, variant_path
 from .calibration import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
                           routing_coverage, write_manifest)
+
+logger = logging.getLogger(__name__)
 
 HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
 
@@ -35,7 +37,7 @@ def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root
 
 
 def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
-            log: Callable[[str], None] = print, step: str | None = "[export 3/3]") -> dict:
+            step: str | None = "[export 3/3]") -> dict:
     """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
     for a reduced precision, and `accuracy` on the held-out split of its dataset.
 
@@ -48,17 +50,17 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
 
         held_out, _ = sample_images(dataset or "mnist5k", "test", HELD_OUT, data_root)
         out["parity"] = parity = variant_parity(path, model, held_out)
-        log(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement {parity['top1_agreement']:.4f}, "
-            f"max abs logit error {parity['max_abs_err']:.2e}")
-        log(routing_report(parity, record["precision"]))
+        logger.info(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement "
+                    f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
+        logger.info(routing_report(parity, record["precision"]))
     if evaluate and dataset and not record.get("random_weights"):
         out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root)
-        log(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, ONNX Runtime): "
-            f"{acc['top1']:.4f}")
+        logger.info(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, "
+                    f"ONNX Runtime): {acc['top1']:.4f}")
     elif step is not None:
         why = ("random weights" if record.get("random_weights") else "no dataset recorded" if not dataset else
                "--no-eval")
-        log(f"{step} accuracy skipped ({why})")
+        logger.info(f"{step} accuracy skipped ({why})")
     return out
 
 
@@ -90,8 +92,7 @@ class Variant:
 
 def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | None = None,
                  data_root: str | Path = "data", cache_dir: str | Path | None = None,
-                 min_expert_tokens: int = MIN_EXPERT_TOKENS, evaluate: bool = True,
-                 log: Callable[[str], None] = print, folder: str | Path | None = None,
+                 min_expert_tokens: int = MIN_EXPERT_TOKENS, evaluate: bool = True, folder: str | Path | None = None,
                  runtime: str = "tensorrt") -> Variant:
     """The fp16 or INT8 variant of the fp32 ONNX `src` (`variant_path`: beside it, or in `folder`), measured
     and published with its sidecar. `model`: the PyTorch model to measure parity against (None on a device).
@@ -105,29 +106,30 @@ def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | N
     coverage = reused = None
     with temporary_beside(final) as tmp:
         if precision == "fp16":
-            log(f"[export 2/3] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
+            logger.info(f"[export 2/3] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
             record = to_fp16(src, tmp)
         elif runtime == "onnxruntime":
             recipe = recipe or Recipe()
-            log(f"[export 2/3] int8 for ONNX Runtime {final}: int8 per-channel weights, activations quantized per call "
-                "(no calibration set needed)")
+            logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: int8 per-channel weights, activations "
+                        "quantized per call "
+                        "(no calibration set needed)")
             if torch_available():  # the routing report reads a dataset; a device without torch skips it
                 coverage = routing_coverage(src, calibration_set(recipe, data_root).images,
                                             min_tokens=min_expert_tokens)
-                log(format_coverage(coverage))
+                logger.info(format_coverage(coverage))
             record = to_int8_dynamic(src, tmp, coverage)
         else:
             recipe = recipe or Recipe()
-            log(f"[export 2/3] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
-                f"{recipe.split} (seed {recipe.seed})")
+            logger.info(f"[export 2/3] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
+                        f"{recipe.split} (seed {recipe.seed})")
             calib = calibration_set(recipe, data_root)
             manifest = write_manifest(calib.manifest, final.with_name(f"{artifact_stem(final)}-int8.calib.json"))
             coverage = routing_coverage(src, calib.images, min_tokens=min_expert_tokens,
                                         available=calib.manifest["split_size"])
-            log(format_coverage(coverage))
+            logger.info(format_coverage(coverage))
             record, reused = calibrate_int8(src, tmp, calib, cache_dir, coverage)
-            log(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
+            logger.info(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
                                           f"calibrated; manifest {manifest.name}"))
-        record.update(measure(tmp, record, model, evaluate, data_root, log))
+        record.update(measure(tmp, record, model, evaluate, data_root))
         record = publish(tmp, final, record)
     return Variant(final, record, coverage, reused)

@@ -1,5 +1,8 @@
-"""What the user reads of a failure: one line of it."""
+"""What the user reads: one line of a failure, and the stages' progress lines on stderr."""
 from __future__ import annotations
+
+import logging
+import sys
 
 
 def first_line(exc: BaseException, limit: int | None = None) -> str:
@@ -17,3 +20,26 @@ def typed_line(exc: BaseException, limit: int | None = None) -> str:
     the type is half the story)."""
     line = first_line(exc, limit)
     return type(exc).__name__ if line == type(exc).__name__ else f"{type(exc).__name__}: {line}"
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler that writes to whatever `sys.stderr` is when a line is logged (a test runner may swap it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def log_to_stderr() -> None:
+    """Show the stages' progress lines (the `mlit_edge` loggers, INFO and up) on stderr as they are written,
+    one line each with no prefix: what the CLI and bench's child processes print. Idempotent."""
+    root = logging.getLogger("mlit_edge")
+    if not any(isinstance(h, _Stderr) for h in root.handlers):
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from .artifact import FORMATS
 from .sidecar import read_sidecar, recover
+
+logger = logging.getLogger(__name__)
 
 # what appears in the temporaries of what builds write: their artifacts and calibration manifests
 ARTIFACT_MARKS = (*FORMATS["onnxruntime"].suffixes, *FORMATS["tensorrt"].suffixes, ".calib.json")
 
 
 @contextlib.contextmanager
-def _locked(folder: Path, log: Callable[[str], None]) -> Iterator[None]:
+def _locked(folder: Path) -> Iterator[None]:
     import fcntl
 
     fd = os.open(folder, os.O_RDONLY)
@@ -33,7 +36,7 @@ def _locked(folder: Path, log: Callable[[str], None]) -> Iterator[None]:
         except OSError as e:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            log(f"waiting for another mlit-edge process writing to {folder} ...")
+            logger.info(f"waiting for another mlit-edge process writing to {folder} ...")
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
@@ -41,7 +44,7 @@ def _locked(folder: Path, log: Callable[[str], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def output_folder(folder: str | Path, log: Callable[[str], None] = print) -> Iterator[Path]:
+def output_folder(folder: str | Path) -> Iterator[Path]:
     """`folder`, created if needed and locked for this writer; see the module docstring."""
     folder = Path(folder)
     created = not folder.exists()
@@ -52,14 +55,14 @@ def output_folder(folder: str | Path, log: Callable[[str], None] = print) -> Ite
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(f"cannot write to the output folder {folder}")
     try:
-        with _locked(folder, log):
+        with _locked(folder):
             for line in recover(folder):
-                log(f"{folder}: {line} (a build was interrupted there)")
+                logger.info(f"{folder}: {line} (a build was interrupted there)")
             stale = [p for p in folder.glob(".*.tmp") if p.is_file() and any(s in p.name for s in ARTIFACT_MARKS)]
             for p in stale:  # under the lock no other build is alive, so its temporaries are stale
                 p.unlink(missing_ok=True)
             if stale:
-                log(f"removed {len(stale)} temporary file(s) that an interrupted build left in {folder}")
+                logger.info(f"removed {len(stale)} temporary file(s) that an interrupted build left in {folder}")
             yield folder
     except BaseException:
         if created and folder.is_dir() and not any(folder.iterdir()):

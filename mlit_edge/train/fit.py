@@ -7,6 +7,7 @@ every rank's RNG state.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from .device import amp_dtype, resolve_device
 from .distributed import Dist, barrier, gather_objects, init_distributed, shutdown
 from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at, param_groups, scaled_lr,
                    train_one_epoch)
+
+logger = logging.getLogger(__name__)
 
 TASKS = ("train", "pretrain", "finetune")
 
@@ -142,19 +145,19 @@ def _rewrite_log(path: Path, keep_below_epoch: int) -> list[dict]:
     return rows
 
 
-def fit(run: RunConfig, log=print) -> dict:
+def fit(run: RunConfig) -> dict:
     """Run training as `run` says; returns the last epoch's metrics. Rank 0 writes all files."""
     device = resolve_device(run.device)
     d = init_distributed(device)
     if d.enabled and device.type == "cuda":
         device = torch.device("cuda", d.local_rank)
     try:
-        return _fit(run, device, d, log)
+        return _fit(run, device, d)
     finally:
         shutdown(d)
 
 
-def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
+def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     out = Path(run.out)
     ckpt_path, log_path = out / "checkpoint.pt", out / "metrics.jsonl"
     if run.batch_size % d.world:
@@ -202,10 +205,10 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
         if len(rngs) == d.world:
             ck.set_rng_state(rngs[d.rank])
         else:
-            log(f"note: checkpoint has RNG states for {len(rngs)} processes, this run has {d.world}; reseeding")
+            logger.info(f"note: checkpoint has RNG states for {len(rngs)} processes, this run has {d.world}; reseeding")
         if d.main:
             rows = _rewrite_log(log_path, start_epoch)
-            log(f"resuming {ckpt_path} after epoch {start_epoch}")
+            logger.info(f"resuming {ckpt_path} after epoch {start_epoch}")
 
     net: nn.Module = DDP(model) if d.enabled else model
     if run.compile:
@@ -217,9 +220,9 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
     eval_loader = Loader(test_set, 256, train=False, device=device) if test_set is not None else None
     if d.main:
         n_params = count_parameters(model)
-        log(f"{run.task}: {kind}-{size} ({n_params / 1e6:.3f}M params) on {train_set.name} "
-            f"({len(train_set)} images), {d.world} process(es) on {device}, global batch {run.batch_size}, "
-            f"lr {base_lr:.2e}, amp {dtype or 'off'}, {run.epochs} epochs -> {out}")
+        logger.info(f"{run.task}: {kind}-{size} ({n_params / 1e6:.3f}M params) on {train_set.name} "
+                    f"({len(train_set)} images), {d.world} process(es) on {device}, global batch {run.batch_size}, "
+                    f"lr {base_lr:.2e}, amp {dtype or 'off'}, {run.epochs} epochs -> {out}")
 
     metrics: dict = rows[-1] if rows else {}
     for epoch in range(start_epoch, run.epochs):
@@ -240,7 +243,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
             out.mkdir(parents=True, exist_ok=True)
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
-            _report(epoch, run.epochs, train_m, test_m, log)
+            _report(epoch, run.epochs, train_m, test_m)
             _plots(rows, counter.fractions(), (routing["test"] or routing["train"])["clean"], out, kind,
                    "test split" if routing["test"] else "training batches")
             ck.save_atomic(ck.make_checkpoint(
@@ -252,13 +255,13 @@ def _fit(run: RunConfig, device: torch.device, d: Dist, log) -> dict:
     return metrics
 
 
-def _report(epoch: int, epochs: int, train_m: dict, test_m: dict | None, log) -> None:
+def _report(epoch: int, epochs: int, train_m: dict, test_m: dict | None) -> None:
     msg = f"epoch {epoch + 1}/{epochs}: train loss {train_m['loss']:.4f}"
     if "acc" in train_m:
         msg += f" acc {train_m['acc']:.4f}"
     if test_m:
         msg += f" | test loss {test_m['loss']:.4f} top-1 {test_m['acc']:.4f}"
-    log(msg + f" | {train_m['img_per_s']:.0f} img/s, lr {train_m['lr']:.2e}")
+    logger.info(msg + f" | {train_m['img_per_s']:.0f} img/s, lr {train_m['lr']:.2e}")
 
 
 def _plots(rows: list[dict], used: list[list[float]], clean: list[list[float]], out: Path, kind: str,

@@ -1,5 +1,6 @@
 """`mlit-edge bench`: statistics, fidelity, routing agreement, the report's schema and refusals."""
 import json
+import logging
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -106,7 +107,7 @@ def test_routing_agreement_counts_sets_not_order():
 
 def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     ckpt, good, bad = trio
-    report = run_bench([str(good), str(bad), str(ckpt)], FAST, log=lambda _: None)
+    report = run_bench([str(good), str(bad), str(ckpt)], FAST)
     by = {a["label"]: a for a in report["artifacts"]}
     g, b, t = by["good.onnx"]["accuracy"], by["bent.onnx"]["accuracy"], by["ref.pt"]["accuracy"]
     assert g["routing_agreement"] == [1.0, 1.0, 1.0] and g["agreement"] == 1.0 and g["max_abs_err"] < 1e-4
@@ -114,13 +115,14 @@ def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     assert t["max_abs_err"] == 0.0 and t["cosine"] == 1.0 and t["routing_agreement"] == [1.0, 1.0, 1.0]
 
 
-def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_path):
+def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_path, caplog):
     ckpt, good, _ = trio
     other_model = tiny(seed=1)
     other = export(other_model, tmp_path / "other.onnx", save_ckpt(other_model, tmp_path / "other.pt"))
     random = export(tiny(seed=2), tmp_path / "random.onnx", None)
-    lines = []
-    report = run_bench([str(good), str(other), str(random), str(ckpt)], replace(FAST, batches=(1,)), log=lines.append)
+    with caplog.at_level(logging.INFO, logger="mlit_edge"):
+        report = run_bench([str(good), str(other), str(random), str(ckpt)], replace(FAST, batches=(1,)))
+    lines = [r.getMessage() for r in caplog.records]
     match = {a["label"]: a["reference_match"] for a in report["artifacts"]}
     assert match == {"good.onnx": True, "other.onnx": False, "random.onnx": False, "ref.pt": True}
     notes = {a["label"]: " ".join(a["notes"]) for a in report["artifacts"]}
@@ -135,8 +137,8 @@ def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(tri
     artifact's load memory is its own (in one process later ones reuse memory freed by earlier ones)."""
     ckpt, good, bad = trio
     paths = [str(good), str(bad), str(ckpt)]
-    one = run_bench(paths, FAST, log=lambda _: None)
-    iso = run_bench(paths, replace(FAST, isolate=True), log=lambda _: None)
+    one = run_bench(paths, FAST)
+    iso = run_bench(paths, replace(FAST, isolate=True))
     assert [a["artifact"] for a in iso["artifacts"]] == paths and len(iso["rows"]) == len(one["rows"]) == 6
     for a, b in zip(one["artifacts"], iso["artifacts"]):
         assert not a["isolated"] and b["isolated"]
@@ -151,9 +153,8 @@ def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(tri
 
 def test_ort_arena_switch_reaches_the_session_and_changes_no_output(trio):
     ckpt, good, _ = trio
-    on = run_bench([str(good)], replace(FAST, reference=str(ckpt)), log=lambda _: None)
-    off = run_bench([str(good)], replace(FAST, reference=str(ckpt), ort_arena=False, isolate=True),
-                    log=lambda _: None)
+    on = run_bench([str(good)], replace(FAST, reference=str(ckpt)))
+    off = run_bench([str(good)], replace(FAST, reference=str(ckpt), ort_arena=False, isolate=True))
     assert on["artifacts"][0]["settings"]["cpu_mem_arena"] is True  # as the session has it
     assert off["artifacts"][0]["settings"]["cpu_mem_arena"] is False  # the child process's session
     assert on["artifacts"][0]["accuracy"] == off["artifacts"][0]["accuracy"]
@@ -165,7 +166,7 @@ def test_isolated_bench_reports_a_child_failure_in_one_line(trio, tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not an onnx model")
     with pytest.raises(RuntimeError, match="broken.onnx: "):
-        run_bench([str(bad)], replace(FAST, isolate=True, data="mnist5k"), log=lambda _: None)
+        run_bench([str(bad)], replace(FAST, isolate=True, data="mnist5k"))
 
 
 def test_report_schema_through_the_cli(trio, tmp_path):
@@ -233,8 +234,8 @@ def test_tensorrt_runner_matches_onnxruntime_on_a_gpu(trio, tmp_path):
 
     _, good, _ = trio
     res = run_build(BuildRequest(precision="fp32", onnx=str(good), target="tensorrt", out=str(tmp_path),
-                                 evaluate=False), log=lambda _: None)
-    report = run_bench([str(res.artifact), str(good)], FAST, log=lambda _: None)
+                                 evaluate=False))
+    report = run_bench([str(res.artifact), str(good)], FAST)
     plan, ort = report["artifacts"]
     assert plan["accuracy"]["top1"] == pytest.approx(ort["accuracy"]["top1"], abs=0.02)
     assert "gpu_compute" in plan["latency"]["1"]

@@ -327,7 +327,7 @@ def test_torch_tensorrt_frontend_builds_a_plan_that_matches_pytorch(tmp_path):
     from mlit_edge.engine.build import BuildRequest, run_build
 
     result = run_build(BuildRequest(precision="fp32", size="xxs", target="tensorrt", frontend="torch-tensorrt",
-                                    batch=4, out=str(tmp_path), evaluate=False), log=lambda _: None)
+                                    batch=4, out=str(tmp_path), evaluate=False))
     engine, record = load_engine(result.artifact)
     assert record["frontend"] == "torch-tensorrt" and engine.num_io_tensors == 2
 
@@ -336,7 +336,7 @@ def test_torch_tensorrt_frontend_builds_a_plan_that_matches_pytorch(tmp_path):
 def test_device_side_build_from_onnx_needs_no_torch(tiny_onnx, tmp_path):
     """The Jetson flow: an INT8 ONNX made on the workstation becomes a plan where torch and onnx are absent."""
     int8 = make_variant(tiny_onnx, "int8", recipe=Recipe("mnist5k", "train", 64, 0), evaluate=False,
-                        log=lambda _: None, folder=tmp_path).path
+                        folder=tmp_path).path
     script = f"""
 import sys
 class NoTorch:
@@ -367,7 +367,7 @@ def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(train
     _, ckpt = trained_checkpoint
     for precision in ("fp16", "int8"):
         result = run_build(BuildRequest(precision=precision, checkpoint=str(ckpt), target="onnxruntime",
-                                        out=str(tmp_path), calib_n=64), log=lambda _: None)
+                                        out=str(tmp_path), calib_n=64))
         record = read_sidecar(result.artifact)
         assert record["precision"] == precision and not record["random_weights"]
         assert record["parity"]["images"] == 1000 and 0.9 <= record["parity"]["top1_agreement"] <= 1.0
@@ -383,7 +383,7 @@ def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(tr
 
     model, ckpt = trained_checkpoint
     result = run_build(BuildRequest(precision="int8", checkpoint=str(ckpt), target="onnxruntime", out=str(tmp_path),
-                                    calib_n=64), log=lambda _: None)
+                                    calib_n=64))
     art = result.artifact
     record = read_sidecar(art)
     assert art.name == "mlit-xxs-custom-int8-ort.onnx" and record["runtime"] == "onnxruntime"

@@ -91,8 +91,7 @@ def trained(trained_checkpoint, tmp_path_factory):
     info["model"]["size"] = None
     export_onnx(model, folder / "m.onnx", info, probe=True)
     for precision in ("fp16", "int8"):  # the one function that export and build both use
-        make_variant(folder / "m.onnx", precision, model, Recipe("mnist5k", "train", 256), evaluate=False,
-                     log=lambda _: None)
+        make_variant(folder / "m.onnx", precision, model, Recipe("mnist5k", "train", 256), evaluate=False)
     return model, folder
 
 
