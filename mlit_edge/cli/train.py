@@ -57,7 +57,9 @@ def training_options(fn):
                      help="Run folder for checkpoint.pt, metrics.jsonl and the PNGs [default: runs/TASK-SIZE-DATA]."),
         click.option("--resume", is_flag=True, help="Continue the run in --out from its checkpoint."),
         click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
-                     help="Override a model config field, e.g. --set top_k=1 --set shared=w,w2. Repeatable."),
+                     help="Override a model config field, e.g. --set top_k=1 --set shared=w,w2; for pretrain also "
+                          "the decoder's (dec_dim, dec_depth, dec_heads, dec_groups, dec_hidden, dec_experts, alpha, "
+                          "beta, norm_pix_loss). Repeatable."),
         click.option("--gating", default=None, type=click.Choice(sorted(GATINGS)),
                      help="A named gating of the routing ablation (docs/training.md, 'Routing health') [default: the "
                           "config's]; --set fields win over it."),

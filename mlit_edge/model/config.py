@@ -227,15 +227,24 @@ class MAEConfig:
         return dataclasses.replace(self, **overrides)
 
 
+# the decoder's fields of mmLiT pre-training that `--set` reaches (the mask ratio has an option of its own)
+DECODER_FIELDS = ("dec_dim", "dec_depth", "dec_heads", "dec_groups", "dec_hidden", "dec_experts", "alpha", "beta",
+                  "norm_pix_loss")
+
+
 def parse_overrides(items: Sequence[str], cls=MLiTConfig) -> dict:
-    """`KEY=VALUE` strings (`--set`) as typed `cls` fields: ints and floats parsed as such, booleans
-    strictly (true/false, yes/no, on/off, 1/0), tuples comma-separated. One-line ValueError otherwise."""
+    """`KEY=VALUE` strings (`--set`) as typed fields of `cls` or, for MLiTConfig, of the MAE decoder
+    (`DECODER_FIELDS`): ints and floats parsed as such, booleans strictly (true/false, yes/no, on/off,
+    1/0), tuples comma-separated. One-line ValueError otherwise."""
     hints = typing.get_type_hints(cls)
+    if cls is MLiTConfig:
+        mae = typing.get_type_hints(MAEConfig)
+        hints.update({k: mae[k] for k in DECODER_FIELDS})
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or key not in hints:
-            fields = ", ".join(f.name for f in dataclasses.fields(cls))
+            fields = ", ".join(hints)
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of: {fields}")
         kind = hints[key]
         try:

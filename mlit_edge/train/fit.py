@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import checkpoint as ck
-from ..model.config import MAEConfig, MLiTConfig, get_config, size_label
+from ..model.config import DECODER_FIELDS, MAEConfig, MLiTConfig, get_config, size_label
 from ..model.mlit import MLiT, count_parameters
 from .data import ImageSet, Loader, load_dataset
 from .device import amp_dtype, resolve_device
@@ -55,7 +55,7 @@ class RunConfig:
     compile: bool = False
     resume: bool = False
     init_from: str | None = None  # mmLiT checkpoint to fine-tune from
-    overrides: dict = field(default_factory=dict)  # MLiTConfig fields
+    overrides: dict = field(default_factory=dict)  # MLiTConfig fields, and the decoder's for pretrain
     mask_ratio: float | None = None  # MAE only
     eval_every: int = 1
     progress: bool = True
@@ -77,8 +77,28 @@ class RunConfig:
             if key in self.overrides and (isinstance(value, str) or self.overrides[key] != value):
                 raise ValueError(f"--set {key}={self.overrides[key]}: {key} is set by the data ("
                                  f"{value if isinstance(value, str) else f'every dataset is loaded as {value}'})")
-        if self.task != "finetune":
-            get_config(self.size, **self.overrides)  # every value checked before any work
+        if self.decoder and self.task != "pretrain":
+            raise ValueError(f"--set {next(iter(self.decoder))}: a field of the mmLiT decoder, which only pretrain "
+                             "builds")
+        if self.task == "pretrain":  # every value checked before any work
+            self.mae_config()
+        elif self.task != "finetune":
+            get_config(self.size, **self.encoder)
+
+    @property
+    def encoder(self) -> dict:
+        """The `--set` fields of the encoder (the classifier's model)."""
+        return {k: v for k, v in self.overrides.items() if k not in DECODER_FIELDS}
+
+    @property
+    def decoder(self) -> dict:
+        """The `--set` fields of the mmLiT decoder."""
+        return {k: v for k, v in self.overrides.items() if k in DECODER_FIELDS}
+
+    def mae_config(self) -> MAEConfig:
+        """The mmLiT that pretrain builds: the size's encoder without a head, and the decoder."""
+        mask = {} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio}
+        return MAEConfig(encoder=get_config(self.size, num_classes=0, **self.encoder), **self.decoder, **mask)
 
     @classmethod
     def for_task(cls, task: str, size: str, out: str | None = None, gating: str | None = None,
@@ -104,9 +124,8 @@ def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, ML
         model = classifier_from_mae(pre["model"], enc, classes, **run.overrides)
         return model, "mlit", model.cfg, size_label(pre.get("size") or run.size, model.cfg)
     if run.task == "pretrain":
-        enc = get_config(run.size, num_classes=0, **run.overrides)
-        cfg = MAEConfig(encoder=enc) if run.mask_ratio is None else MAEConfig(encoder=enc, mask_ratio=run.mask_ratio)
-        return MMLiT(cfg), "mmlit", cfg, size_label(run.size, enc)
+        cfg = run.mae_config()
+        return MMLiT(cfg), "mmlit", cfg, size_label(run.size, cfg.encoder)
     cfg = get_config(run.size, num_classes=classes, **run.overrides)
     return MLiT(cfg), "mlit", cfg, size_label(run.size, cfg)
 

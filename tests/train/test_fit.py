@@ -82,12 +82,14 @@ def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
 
 @pytest.mark.slow
 def test_pretrain_then_finetune_on_embedded_data(tmp_path):
-    cli("pretrain", *TINY, "--epochs", "2", "--batch-size", "200", "--lr", "2e-3", "--no-progress", "--out",
+    decoder = ["--set", "dec_dim=12", "--set", "dec_heads=2", "--set", "dec_groups=1", "--set", "dec_hidden=8"]
+    cli("pretrain", *TINY, *decoder, "--epochs", "2", "--batch-size", "200", "--lr", "2e-3", "--no-progress", "--out",
         tmp_path / "pre", timeout=600)
     rows = [json.loads(line) for line in (tmp_path / "pre" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["train"]["loss"] < rows[0]["train"]["loss"]
     assert (tmp_path / "pre" / "loss.png").stat().st_size > 0 and (tmp_path / "pre" / "experts.png").exists()
     assert len(rows[-1]["experts"]) == 3 + 2  # encoder and decoder MoE layers
+    assert torch.load(tmp_path / "pre" / "checkpoint.pt", weights_only=True)["config"]["dec_dim"] == 12
     proc = cli("finetune", "--from", tmp_path / "pre" / "checkpoint.pt", "--epochs", "1", "--batch-size", "200",
                "--no-progress", "--out", tmp_path / "ft", timeout=600)
     assert "final test top-1" in proc.stdout
@@ -102,6 +104,7 @@ def test_pretrain_then_finetune_on_embedded_data(tmp_path):
     (["finetune", "--from", "MISSING.pt"], "does not exist"),
     (["train", "--set", "depth=x"], "not a valid int"),
     (["train", "--set", "colour=red"], "expected KEY=VALUE"),
+    (["train", "--set", "dec_dim=12"], "only pretrain builds"),
     (["train", "--data", "imagenet"], "unknown dataset"),
     (["train", "--resume"], "nothing to resume"),
     (["train", "--amp", "fp16", "--device", "cpu"], "needs a CUDA GPU"),
