@@ -15,7 +15,7 @@ from ..runtime.artifact import torch_available
 from . import DEFAULT_OPSET, OPSETS, PRECISIONS
 from .calibration import MIN_EXPERT_TOKENS
 from .source import Source, open_source
-from .names import artifact_name, variant_path
+from .names import variant_path
 from .variants import Variant, make_variant, measure
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions
     wanted = [p for p in precisions if p != source.precision]
     if not wanted:
         logger.info(f"[export 2/3] {source.precision}: the source already carries it")
-    if wanted:
+    else:
         from .calibration import resolve_recipe
 
         recipe = resolve_recipe(opts.calib_data, opts.calib_n, opts.calib_seed,
@@ -140,12 +140,11 @@ def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions
                                                opts.calib_cache, opts.min_expert_tokens,
                                                opts.evaluate and torch_available(), folder=folder,
                                                runtime=runtime)
-    for precision in precisions:
-        top1 = (variants[precision].record.get("accuracy") or {}).get("top1")
-        if precision == source.precision:
-            logger.info(f"[export 3/3] {precision}: top-1 measured on export: {top1:.4f}" if top1 is not None else
-                        f"[export 3/3] {precision}: accuracy not measured (random weights, --no-eval, or no dataset "
-                        "recorded)")
+    if source.precision in precisions:  # the variants said theirs as they were measured
+        top1 = (variants[source.precision].record.get("accuracy") or {}).get("top1")
+        logger.info(f"[export 3/3] {source.precision}: top-1 measured on export: {top1:.4f}" if top1 is not None else
+                    f"[export 3/3] {source.precision}: accuracy not measured (random weights, --no-eval, or no "
+                    "dataset recorded)")
     return Exported(source, fp32, variants)
 
 
@@ -161,5 +160,4 @@ def run_export(req: ExportRequest) -> list[Path]:
         return [exported.variants[p].path for p in precisions]
 
 
-__all__ = ["ExportOptions", "ExportRequest", "Exported", "artifact_name", "export_artifacts", "export_stage",
-           "run_export"]
+__all__ = ["ExportOptions", "ExportRequest", "Exported", "export_artifacts", "export_stage", "run_export"]
