@@ -49,6 +49,7 @@ def test_quickstart_default_starts_from_the_pretrained_model(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "start from pretrained:xxs-mnist5k" in proc.stderr and "train mLiT" not in proc.stderr
+    assert "INFO:mlit_edge" not in proc.stderr  # each progress line once, as written (no root-logger echo)
     report = json.loads((tmp_path / "qs" / "bench.json").read_text())
     by = {a["label"]: a for a in report["artifacts"]}
     assert set(by) == {"mlit-xxs-fp32.onnx", "mlit-xxs-fp16.onnx", "mlit-xxs-int8-ort.onnx", "xxs-mnist5k.pt"}

@@ -36,10 +36,13 @@ class _Stderr(logging.StreamHandler):
 
 def log_to_stderr() -> None:
     """Show the stages' progress lines (the `mlit_edge` loggers, INFO and up) on stderr as they are written,
-    one line each with no prefix: what the CLI and bench's child processes print. Idempotent."""
+    one line each with no prefix: what the CLI and bench's child processes print. They stop there: a
+    library that configures the root logger (some of ONNX Runtime's tools call `basicConfig`) would
+    print each line again. Idempotent."""
     root = logging.getLogger("mlit_edge")
     if not any(isinstance(h, _Stderr) for h in root.handlers):
         handler = _Stderr()
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)
     root.setLevel(logging.INFO)
+    root.propagate = False

@@ -115,14 +115,21 @@ def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     assert t["max_abs_err"] == 0.0 and t["cosine"] == 1.0 and t["routing_agreement"] == [1.0, 1.0, 1.0]
 
 
-def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_path, caplog):
+def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_path):
     ckpt, good, _ = trio
     other_model = tiny(seed=1)
     other = export(other_model, tmp_path / "other.onnx", save_ckpt(other_model, tmp_path / "other.pt"))
     random = export(tiny(seed=2), tmp_path / "random.onnx", None)
-    with caplog.at_level(logging.INFO, logger="mlit_edge"):
+    lines, logger = [], logging.getLogger("mlit_edge")  # the CLI's loggers do not propagate to pytest's
+    handler, level = logging.Handler(), logger.level
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
         report = run_bench([str(good), str(other), str(random), str(ckpt)], replace(FAST, batches=(1,)))
-    lines = [r.getMessage() for r in caplog.records]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
     match = {a["label"]: a["reference_match"] for a in report["artifacts"]}
     assert match == {"good.onnx": True, "other.onnx": False, "random.onnx": False, "ref.pt": True}
     notes = {a["label"]: " ".join(a["notes"]) for a in report["artifacts"]}
