@@ -72,6 +72,22 @@ def training_options(fn):
     return fn
 
 
+FEW_LABELS = [
+    click.option("--labels-per-class", default=None, type=int, metavar="N",
+                 help="Train on N labelled images of each class only: a class-balanced subset of the training "
+                      "split, drawn by --subset-seed and recorded (indices' sha256) in the checkpoint and "
+                      "metrics.jsonl [default: every image]."),
+    click.option("--subset-seed", default=0, show_default=True, type=int,
+                 help="The draw of --labels-per-class's subset: the same seed gives the same images."),
+]
+
+
+def few_labels(fn):
+    for opt in reversed(FEW_LABELS):
+        fn = opt(fn)
+    return fn
+
+
 def _train_command(task: str, size: str, **kw) -> None:
     from ..train.fit import RunConfig, fit
 
@@ -88,6 +104,7 @@ def _train_command(task: str, size: str, **kw) -> None:
 @click.command()
 @SIZE
 @training_options
+@few_labels
 @user_errors
 def train(size: str, **kw) -> None:
     """Supervised mLiT training with the paper's recipe (AdamW, warm-up + cosine, lr = 3e-4 * batch / 256).
@@ -113,6 +130,7 @@ def pretrain(size: str, **kw) -> None:
 @click.option("--from", "init_from", required=True, type=click.Path(dir_okay=False),
               help="The mmLiT pre-training checkpoint whose encoder is fine-tuned.")
 @training_options
+@few_labels
 @user_errors
 def finetune(**kw) -> None:
     """Fine-tune a classifier from an mmLiT encoder; the head is new, sized to the dataset."""

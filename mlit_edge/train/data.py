@@ -7,6 +7,7 @@ Letters: B batch, C channels (3), S side (36).
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,28 @@ class ImageSet:
         """What a checkpoint or an artifact records about its data and preprocessing."""
         return {"name": self.name, "classes": list(self.classes), "mean": list(self.mean),
                 "std": list(self.std), "img_size": int(self.images.shape[-1]), "size": len(self)}
+
+
+def label_subset(data: ImageSet, per_class: int, seed: int = 0) -> tuple[ImageSet, dict]:
+    """`per_class` images of every class of `data`, drawn by `seed` (the same seed, the same images), and
+    the record that lets a run be repeated: the count, the seed and the sha256 of the chosen indices."""
+    labels = data.labels.numpy()
+    counts = np.bincount(labels, minlength=len(data.classes))
+    if per_class > counts.min():
+        smallest = int(counts.argmin())
+        raise ValueError(f"--labels-per-class {per_class}: class {data.classes[smallest]!r} has only "
+                         f"{counts.min()} training images")
+    rng = np.random.default_rng(seed)
+    idx = np.sort(np.concatenate([rng.choice(np.flatnonzero(labels == c), per_class, replace=False)
+                                  for c in range(len(data.classes))]))
+    picked = ImageSet(data.name, data.images[idx], data.labels[idx], data.classes, data.mean, data.std, data.flip)
+    sha = hashlib.sha256(idx.astype("<i8").tobytes()).hexdigest()
+    return picked, {"labels_per_class": per_class, "seed": seed, "images": int(len(idx)), "indices_sha256": sha}
+
+
+def describe_subset(subset: dict | None) -> str:
+    """e.g. '10 labels per class, seed 0' (or 'every label' for a run on the whole training split)."""
+    return "every label" if subset is None else f"{subset['labels_per_class']} labels per class, seed {subset['seed']}"
 
 
 def _make(name: str, key: str, images_hwc: np.ndarray, labels, classes) -> ImageSet:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,11 +18,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import checkpoint as ck
 from ..model.config import DECODER_FIELDS, MAEConfig, MLiTConfig, get_config, size_label
 from ..model.mlit import MLiT, count_parameters
-from .data import ImageSet, Loader, load_dataset
+from .data import ImageSet, Loader, label_subset, load_dataset
 from .device import amp_dtype, resolve_device
 from .distributed import Dist, barrier, gather_objects, init_distributed, shutdown
 from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at, param_groups, scaled_lr,
                    train_one_epoch)
+from .run_folder import check_resume, check_writable, rewrite_log
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class RunConfig:
     init_from: str | None = None  # mmLiT checkpoint to fine-tune from
     overrides: dict = field(default_factory=dict)  # MLiTConfig fields, and the decoder's for pretrain
     mask_ratio: float | None = None  # MAE only
+    labels_per_class: int | None = None  # train/finetune on this many labelled images of each class
+    subset_seed: int = 0  # the draw of that subset
     eval_every: int = 1
     progress: bool = True
 
@@ -68,6 +70,9 @@ class RunConfig:
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.labels_per_class is not None and (self.labels_per_class < 1 or self.task == "pretrain"):
+            raise ValueError("--labels-per-class must be at least 1" if self.labels_per_class < 1 else
+                             "--labels-per-class: pre-training uses every image, without its label")
         if self.task == "finetune" and not self.init_from:
             raise ValueError("finetune needs --from PRETRAIN.pt (an mmLiT checkpoint)")
         from .data import IMG_SIZE
@@ -130,40 +135,6 @@ def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, ML
     return MLiT(cfg), "mlit", cfg, size_label(run.size, cfg)
 
 
-def _check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Path) -> None:
-    """Refuse to continue a checkpoint of another model, task or dataset."""
-    # through config_from_dict, so that a field added since the checkpoint was written compares at its default
-    same_config = ckpt["kind"] == kind and ck.config_to_dict(ck.config_from_dict(kind, ckpt["config"])) == \
-        ck.config_to_dict(cfg)
-    if not same_config or ckpt["data"]["name"] != data.name:
-        raise ck.CheckpointError(f"{path} holds a {ck.describe(ckpt)}; this run is {kind}-{size} on {data.name}. "
-                                 "Use another --out, or drop --resume to start a new run elsewhere")
-
-
-def _check_writable(out: Path) -> None:
-    """Fail before the first step, not after the first epoch, when the run folder cannot be written."""
-    import tempfile
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise OSError(f"cannot write the run folder {out}: {e.strerror or e}") from None
-
-
-def _rewrite_log(path: Path, keep_below_epoch: int) -> list[dict]:
-    """Drop log lines of epochs that the checkpoint does not hold (they will be redone)."""
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r["epoch"] < keep_below_epoch]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
-    return rows
-
-
 def fit(run: RunConfig) -> dict:
     """Run training as `run` says; returns the last epoch's metrics. Rank 0 writes all files."""
     device = resolve_device(run.device)
@@ -191,9 +162,11 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     dtype = amp_dtype(run.amp, device)
     torch.manual_seed(run.seed + d.rank)
 
-    if d.main:
-        _check_writable(out)
-    train_set = load_dataset(run.data, "train", run.data_root, run.download and d.main)
+    train_set, subset = load_dataset(run.data, "train", run.data_root, run.download and d.main), None
+    if run.labels_per_class is not None:  # few-label training: a class-balanced subset, drawn by the seed
+        train_set, subset = label_subset(train_set, run.labels_per_class, run.subset_seed)
+    if d.main:  # after the data is known to suit the run, so that a refused start leaves no folder
+        check_writable(out)
     test_set = load_dataset(run.data, "test", run.data_root) if run.task != "pretrain" and d.main else None
     model, kind, cfg, size = build_model(run, train_set)
     model.to(device)
@@ -213,7 +186,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     start_epoch, rows = 0, []
     if run.resume:
         state = ck.load_checkpoint(ckpt_path, map_location=device)
-        _check_resume(state, kind, cfg, size, train_set, ckpt_path)
+        check_resume(state, kind, cfg, size, train_set, ckpt_path, subset)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -226,7 +199,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
         else:
             logger.info(f"note: checkpoint has RNG states for {len(rngs)} processes, this run has {d.world}; reseeding")
         if d.main:
-            rows = _rewrite_log(log_path, start_epoch)
+            rows = rewrite_log(log_path, start_epoch)
             logger.info(f"resuming {ckpt_path} after epoch {start_epoch}")
 
     net: nn.Module = DDP(model) if d.enabled else model
@@ -257,7 +230,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
                 test_m = evaluate(model, eval_loader, dtype, test_counter)
             routing = {"train": counter.summary(), "test": test_counter.summary() or None}
             metrics = {"epoch": epoch, "train": train_m, "test": test_m, "experts": counter.fractions(),
-                       "routing": routing}
+                       "routing": routing, **({"subset": subset} if subset else {})}
             rows.append(metrics)
             out.mkdir(parents=True, exist_ok=True)
             with open(log_path, "a") as f:
@@ -269,7 +242,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
                 kind, model, cfg, size, train_set.meta(), optimizer=optimizer.state_dict(),
                 scheduler=scheduler.state_dict(), scaler=scaler.state_dict() if scaler else None,
                 epoch=epoch + 1, step=scheduler.last_epoch, rng=rngs, args=asdict(run), metrics=metrics,
-                init_from=run.init_from), ckpt_path)
+                init_from=run.init_from, subset=subset), ckpt_path)
         barrier(d)
     return metrics
 

@@ -157,3 +157,32 @@ def test_eval_loader_keeps_order_and_last_partial_batch():
     loader = Loader(_synthetic(10), 4, train=False)
     ys = torch.cat([y for _, y in loader])
     assert len(loader) == 3 and ys.tolist() == [i % 3 for i in range(10)]
+
+
+def test_label_subset_is_balanced_repeatable_and_recorded():
+    from mlit_edge.train.data import label_subset
+
+    train = load_dataset("mnist5k", "train")
+    picked, record = label_subset(train, 10, seed=0)
+    assert np.bincount(picked.labels.numpy(), minlength=10).tolist() == [10] * 10
+    assert record == {"labels_per_class": 10, "seed": 0, "images": 100, "indices_sha256": record["indices_sha256"]}
+    again, same = label_subset(train, 10, seed=0)
+    other, different = label_subset(train, 10, seed=1)
+    assert same == record and torch.equal(again.images, picked.images)  # the seed decides the draw
+    assert different["indices_sha256"] != record["indices_sha256"]
+    # every picked image is one of the training images, with its own label
+    flat = {bytes(img.numpy()): int(y) for img, y in zip(train.images, train.labels)}
+    assert all(flat[bytes(img.numpy())] == int(y) for img, y in zip(picked.images, picked.labels))
+    with pytest.raises(ValueError, match="class '0' has only 400 training images"):
+        label_subset(train, 401)
+
+
+def test_label_subset_of_an_image_folder(tmp_path):
+    from mlit_edge.train.data import label_subset
+
+    _image_folder(tmp_path, per_class=6)
+    train = load_dataset(str(tmp_path), "train")  # 11 of 12 images: one class has 5
+    picked, record = label_subset(train, 5, seed=2)
+    assert np.bincount(picked.labels.numpy()).tolist() == [5, 5] and record["images"] == 10
+    with pytest.raises(ValueError, match="has only 5 training images"):
+        label_subset(train, 6)

@@ -105,6 +105,8 @@ def test_pretrain_then_finetune_on_embedded_data(tmp_path):
     (["train", "--set", "depth=x"], "not a valid int"),
     (["train", "--set", "colour=red"], "expected KEY=VALUE"),
     (["train", "--set", "dec_dim=12"], "only pretrain builds"),
+    (["train", "--labels-per-class", "0"], "must be at least 1"),
+    (["train", "--labels-per-class", "401"], "has only 400 training images"),
     (["train", "--data", "imagenet"], "unknown dataset"),
     (["train", "--resume"], "nothing to resume"),
     (["train", "--amp", "fp16", "--device", "cpu"], "needs a CUDA GPU"),
@@ -149,3 +151,22 @@ def test_a_checkpoint_written_before_a_config_field_existed_still_resumes(tiny_c
     with pytest.raises(ck.CheckpointError, match="holds a"):
         _check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit",
                       tiny_cfg.replace(pos_init="sincos"), "xxs", data, tmp_path / "checkpoint.pt")
+
+
+def test_few_label_training_records_its_subset_and_resumes_only_on_it(tmp_path):
+    """`--labels-per-class`: the run trains on that many images of each class, records the draw in its
+    checkpoint and metrics.jsonl, and refuses to continue on another draw."""
+    common = ["train", *TINY, "--labels-per-class", "10", "--subset-seed", "3", "--batch-size", "20", "--no-progress"]
+    cli(*common, "--epochs", "1", "--out", tmp_path / "run")
+    ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert ckpt["subset"] == row["subset"] and row["subset"]["images"] == 100
+    assert ckpt["subset"]["labels_per_class"] == 10 and ckpt["subset"]["seed"] == 3
+    other = cli("train", *TINY, "--labels-per-class", "10", "--subset-seed", "4", "--batch-size", "20", "--no-progress",
+                "--epochs", "2", "--out", tmp_path / "run", "--resume", check=False)
+    assert other.returncode == 1 and "another labelled subset" in other.stderr and "Traceback" not in other.stderr
+    cli(*common, "--epochs", "2", "--out", tmp_path / "run", "--resume")  # the same draw continues
+    from mlit_edge.train.fit import RunConfig
+
+    with pytest.raises(ValueError, match="pre-training uses every image"):  # pretrain has no such option
+        RunConfig(task="pretrain", labels_per_class=10)
