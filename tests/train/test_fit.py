@@ -141,15 +141,15 @@ def test_a_checkpoint_written_before_a_config_field_existed_still_resumes(tiny_c
     from types import SimpleNamespace
 
     from mlit_edge.train import checkpoint as ck
-    from mlit_edge.train.fit import _check_resume
+    from mlit_edge.train.run_folder import check_resume
 
     old = ck.config_to_dict(tiny_cfg)
     del old["pos_init"]
     data = SimpleNamespace(name="mnist5k")
-    _check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit", tiny_cfg, "xxs", data,
+    check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit", tiny_cfg, "xxs", data,
                   tmp_path / "checkpoint.pt")
     with pytest.raises(ck.CheckpointError, match="holds a"):
-        _check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit",
+        check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit",
                       tiny_cfg.replace(pos_init="sincos"), "xxs", data, tmp_path / "checkpoint.pt")
 
 
