@@ -47,9 +47,10 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
     `ref` (an isolated child has its own process to open it in), and its accuracy is its own logits."""
     path = Path(path)
     is_ref = ref is not None and bool(ref.path) and Path(ref.path).resolve() == path.resolve()
-    content = None if is_ref and ref.make_runner else path.read_bytes()
+    loaded = is_ref and ref.make_runner is not None  # this process already holds the reference's one load
+    content = None if loaded else path.read_bytes()
     before, nv_before = rss_mb(), nvmap_mb()
-    if content is None:
+    if loaded:
         runner, record = ref.make_runner(cfg.runner_options()), ref.record
     else:
         runner, record = open_any(path, cfg.runner_options(), content)

@@ -74,8 +74,8 @@ def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
                          f"than the {available / 1024:.1f} GiB available here; time a smaller batch")
     if need > 0.4 * available:
         logger.warning(f"warning: batch {b} needs about {need / 1024:.1f} GiB (estimated) of the "
-                       f"{available / 1024:.1f} GiB "
-                       "available; timings may include swapping or the run may be killed")
+                       f"{available / 1024:.1f} GiB available; timings may include swapping or the run may be "
+                       "killed")
 
 
 def nvmap_mb() -> float | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 import click
 
@@ -24,9 +25,16 @@ def info(size: str, num_classes: int, as_json: bool) -> None:
     click.echo(json.dumps(data, indent=2) if as_json else text)
 
 
-def training_options(fn):
-    """Options shared by train, pretrain and finetune."""
-    opts = [
+def _stacked(opts: list) -> Callable:
+    """One decorator that applies `opts` in order, as if each were written above the command."""
+    def apply(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return apply
+
+
+training_options = _stacked([  # shared by train, pretrain and finetune
         click.option("--data", default="mnist5k", show_default=True,
                      help="mnist5k (embedded, no network), cifar10, cifar100, svhn, flowers102, or an "
                           "ImageFolder directory."),
@@ -66,26 +74,17 @@ def training_options(fn):
         click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
                      help="Evaluate on the test split every N epochs (and after the last)."),
         click.option("--progress/--no-progress", default=True, help="Progress bars (--no-progress: log lines only)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+])
 
 
-FEW_LABELS = [
+few_labels = _stacked([  # train and finetune
     click.option("--labels-per-class", default=None, type=int, metavar="N",
                  help="Train on N labelled images of each class only: a class-balanced subset of the training "
                       "split, drawn by --subset-seed and recorded (indices' sha256) in the checkpoint and "
                       "metrics.jsonl [default: every image]."),
     click.option("--subset-seed", default=0, show_default=True, type=int,
                  help="The draw of --labels-per-class's subset: the same seed gives the same images."),
-]
-
-
-def few_labels(fn):
-    for opt in reversed(FEW_LABELS):
-        fn = opt(fn)
-    return fn
+])
 
 
 def _train_command(task: str, size: str, **kw) -> None:

@@ -105,7 +105,7 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
             "reference": "eval-mode PyTorch model, fp32"}
 
 
-_REFERENCES: "weakref.WeakKeyDictionary[MLiT, dict[str, tuple]]" = weakref.WeakKeyDictionary()
+_REFERENCES: "weakref.WeakKeyDictionary[MLiT, tuple[str, tuple]]" = weakref.WeakKeyDictionary()
 
 
 def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tuple[np.ndarray, list, list]:
@@ -113,8 +113,8 @@ def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tupl
     `images`; computed once per model and set of images (a build makes several variants of one model),
     in chunks (one 1000-image batch holds its attention maps at once and runs slower)."""
     key = hashlib.sha1(np.ascontiguousarray(images).view(np.uint8)).hexdigest()
-    cached = _REFERENCES.setdefault(model, {})
-    if key not in cached:
+    cached_key, outputs = _REFERENCES.get(model, (None, None))
+    if cached_key != key:  # one set of images per model is all a build uses
         logits, routes, margins = [], [], []
         with torch.no_grad():
             for i in range(0, len(images), chunk):
@@ -124,10 +124,10 @@ def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tupl
                 routes.append([r.clean_i.view(len(x), -1, r.clean_i.shape[-1]).numpy() for r in aux.routings])
                 margins.append([r.margin.reshape(-1) for r in aux.routings])
         layers = range(len(routes[0]))
-        cached.clear()  # one set of images per model is all a build uses
-        cached[key] = (np.concatenate(logits), [np.concatenate([r[i] for r in routes]) for i in layers],
-                       [float(torch.cat([m[i] for m in margins]).median()) for i in layers])
-    return cached[key]
+        outputs = (np.concatenate(logits), [np.concatenate([r[i] for r in routes]) for i in layers],
+                   [float(torch.cat([m[i] for m in margins]).median()) for i in layers])
+        _REFERENCES[model] = (key, outputs)
+    return outputs
 
 
 def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from .names import artifact_stem
 
-logger = logging.getLogger(__name__)
-
 if TYPE_CHECKING:
     from ..model.config import MLiTConfig
     from ..model.mlit import MLiT
+
+logger = logging.getLogger(__name__)
 
 
 def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str | None, sha256: str | None,

@@ -111,8 +111,7 @@ def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | N
         elif runtime == "onnxruntime":
             recipe = recipe or Recipe()
             logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: int8 per-channel weights, activations "
-                        "quantized per call "
-                        "(no calibration set needed)")
+                        "quantized per call (no calibration set needed)")
             if torch_available():  # the routing report reads a dataset; a device without torch skips it
                 coverage = routing_coverage(src, calibration_set(recipe, data_root).images,
                                             min_tokens=min_expert_tokens)
