@@ -65,18 +65,28 @@ class StaticAttention(nn.Module):
         R = H // G
         self.N, self.G, self.R, self.C = tokens, G, R, C
         wq, wk, wv = attn.split_weights()  # (H*C, D), (G*C, D), (G*C, D)
-        wq = wq / math.sqrt(C)  # the softmax scale, folded into the query columns
-        per_group = [w for g in range(G) for w in (wq[g * R * C:(g + 1) * R * C], wk[g * C:(g + 1) * C],
-                                                     wv[g * C:(g + 1) * C])]
-        self.w_qkv = _frozen(torch.cat(per_group).t())  # (D, G*(R+2)*C)
+        bq, bk, bv = attn.split_biases()  # (H*C,), (G*C,), (G*C,)
+
+        def per_group(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            return torch.cat([t for g in range(G) for t in (q[g * R * C:(g + 1) * R * C], k[g * C:(g + 1) * C],
+                                                           v[g * C:(g + 1) * C])])
+
+        scale = 1 / math.sqrt(C)  # the softmax scale, folded into the query columns
+        self.w_qkv = _frozen(per_group(wq * scale, wk, wv).t())  # (D, G*(R+2)*C)
         self.w_proj = _frozen(attn.proj.weight.t())  # (D, D)
+        # [reading] attn_bias: the biases ride in the same Gemms; none at all in the bias-free default graph
+        self.b_qkv = _frozen(per_group(bq * scale, bk, bv)) if attn.qkv.bias is not None else None
+        self.b_proj = _frozen(attn.proj.bias) if attn.proj.bias is not None else None
 
     def forward(self, h: Tensor, residual: Tensor) -> Tensor:
         N, G, R, C = self.N, self.G, self.R, self.C
-        qkv = (h @ self.w_qkv).view(-1, N, G, R + 2, C).permute(0, 2, 3, 1, 4)  # (B, G, R+2, N, C)
+        qkv = h @ self.w_qkv if self.b_qkv is None else torch.addmm(self.b_qkv, h, self.w_qkv)
+        qkv = qkv.view(-1, N, G, R + 2, C).permute(0, 2, 3, 1, 4)  # (B, G, R+2, N, C)
         q, k, v = qkv.split([R, 1, 1], dim=2)  # (B, G, R, N, C), (B, G, 1, N, C) x2
         attn = (q @ k.transpose(-1, -2)).softmax(dim=-1)  # (B, G, R, N, N): R heads against one K
         out = (attn @ v).permute(0, 3, 1, 2, 4).reshape(-1, G * R * C)  # (T, D), heads in order g*R + r
+        if self.b_proj is not None:
+            residual = residual + self.b_proj
         return torch.addmm(residual, out, self.w_proj)  # (T, D)
 
 

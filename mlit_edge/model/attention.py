@@ -1,6 +1,7 @@
 """Grouped-query attention: H query heads in G groups, each group sharing one key and value head.
 
-GQA-1 is multi-query attention, GQA-H is multi-head attention. [paper] no bias on any projection.
+GQA-1 is multi-query attention, GQA-H is multi-head attention. [reading] no bias on the projections by
+default (`MLiTConfig.attn_bias` gives QKV and the output projection one: docs/model.md weighs both readings).
 [ours] Q, K and V come from one fused projection, and PyTorch's attention kernel reads each group's
 key/value head for its H/G query heads itself (`enable_gqa`), so repeated K/V heads are never
 materialised; both are exactly the paper's separate projections and repeated heads.
@@ -24,17 +25,17 @@ def _fuse_qkv_keys(state_dict: dict, prefix: str, *args) -> None:
 
 
 class Attention(nn.Module):
-    """Bias-free grouped-query self-attention."""
+    """Grouped-query self-attention, bias-free unless `bias`."""
 
-    def __init__(self, dim: int, heads: int, groups: int, attn_dropout: float = 0.0) -> None:
+    def __init__(self, dim: int, heads: int, groups: int, attn_dropout: float = 0.0, bias: bool = False) -> None:
         super().__init__()
         if dim % heads or heads % groups:
             raise ValueError(f"need heads | dim and groups | heads, got dim={dim} heads={heads} groups={groups}")
         self.heads, self.groups, self.head_dim = heads, groups, dim // heads
         # rows: the H query heads, then the G key heads, then the G value heads (C rows each); the
         # same fan-in, so the same init as three separate nn.Linear
-        self.qkv = nn.Linear(dim, (heads + 2 * groups) * self.head_dim, bias=False)
-        self.proj = nn.Linear(dim, dim, bias=False)
+        self.qkv = nn.Linear(dim, (heads + 2 * groups) * self.head_dim, bias=bias)
+        self.proj = nn.Linear(dim, dim, bias=bias)
         self.attn_dropout = attn_dropout
         self._register_load_state_dict_pre_hook(_fuse_qkv_keys)
 
@@ -42,6 +43,12 @@ class Attention(nn.Module):
         """The query (H*C, D), key (G*C, D) and value (G*C, D) projection weights."""
         C = self.head_dim
         return self.qkv.weight.split([self.heads * C, self.groups * C, self.groups * C])
+
+    def split_biases(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The query (H*C,), key (G*C,) and value (G*C,) projection biases (zeros when bias-free)."""
+        C = self.head_dim
+        bias = self.qkv.bias if self.qkv.bias is not None else self.qkv.weight.new_zeros(self.qkv.out_features)
+        return bias.split([self.heads * C, self.groups * C, self.groups * C])
 
     def forward(self, x: Tensor) -> Tensor:
         B, N, D = x.shape

@@ -91,6 +91,10 @@ class MLiTConfig:
     # against 0.522 after three epochs, benchmarks/pos_init_curve.py); "normal" stays the default because
     # the shipped model was trained with it
     pos_init: str = "normal"
+    # [reading] "All linear layers within the MoE based transformer encoder layers include bias": read here as
+    # the MoE's layers (the experts), so attention's QKV and output projections have none (False, the shipped
+    # models'); True reads it as every linear layer of the encoder and decoder layers (docs/model.md).
+    attn_bias: bool = False
 
     def __post_init__(self) -> None:
         _check_fields(self, positive=("img_size", "patch_size", "in_chans", "dim", "depth", "heads", "groups",

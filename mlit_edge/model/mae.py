@@ -57,7 +57,7 @@ class MMLiT(nn.Module):
         moe_kwargs = moe_options(enc)
         self.decoder_blocks = nn.ModuleList(
             Block(cfg.dec_dim, cfg.dec_heads, cfg.dec_groups, cfg.dec_hidden, cfg.dec_experts, enc.top_k,
-                  enc.shared, **moe_kwargs) for _ in range(cfg.dec_depth))
+                  enc.shared, attn_bias=enc.attn_bias, **moe_kwargs) for _ in range(cfg.dec_depth))
         self.decoder_norm = nn.LayerNorm(cfg.dec_dim)
         self.decoder_pred = nn.Linear(cfg.dec_dim, enc.patch_size**2 * enc.in_chans, bias=False)
 

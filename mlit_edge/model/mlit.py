@@ -17,13 +17,16 @@ from .moe import MoE
 
 
 def sincos_positions(dim: int, grid: int) -> Tensor:
-    """MAE's 2-D sin-cos position table for a grid x grid patch layout in row-major order: (grid*grid, dim),
-    half the channels for the row, half for the column, each half sin then cos at dim/4 frequencies."""
+    """MAE's 2-D sin-cos position table for a grid x grid patch layout in row-major order: (grid*grid, dim).
+
+    As MAE's `get_2d_sincos_pos_embed`, value for value: the first half of the channels encodes the patch's
+    column and the second its row (MAE's meshgrid puts w first), each half sin then cos at dim/4 frequencies.
+    """
     omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))  # (dim/4,)
     rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64),
                                 indexing="ij")
     parts = []
-    for pos in (rows.flatten(), cols.flatten()):
+    for pos in (cols.flatten(), rows.flatten()):
         angle = pos[:, None] * omega[None]  # (grid*grid, dim/4)
         parts += [angle.sin(), angle.cos()]
     return torch.cat(parts, dim=1).float()
@@ -47,10 +50,11 @@ class Block(nn.Module):
     """Pre-norm encoder layer [ours]: x + Attn(LN(x)), then x + MoE(LN(x))."""
 
     def __init__(self, dim: int, heads: int, groups: int, hidden: int, experts: int, k: int = 2,
-                 shared: tuple[str, ...] = ("v", "w2"), drop_path: float = 0.0, **moe_kwargs) -> None:
+                 shared: tuple[str, ...] = ("v", "w2"), drop_path: float = 0.0, attn_bias: bool = False,
+                 **moe_kwargs) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads, groups)
+        self.attn = Attention(dim, heads, groups, bias=attn_bias)
         self.norm2 = nn.LayerNorm(dim)
         self.moe = MoE(dim, hidden, experts, k, shared, **moe_kwargs)
         self.drop_path = DropPath(drop_path)
@@ -73,7 +77,8 @@ def blocks_from_config(cfg: MLiTConfig) -> nn.ModuleList:
     moe_kwargs = moe_options(cfg)
     rates = [cfg.drop_path * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
     return nn.ModuleList(
-        Block(cfg.dim, cfg.heads, cfg.groups, hidden, experts, cfg.top_k, cfg.shared, rate, **moe_kwargs)
+        Block(cfg.dim, cfg.heads, cfg.groups, hidden, experts, cfg.top_k, cfg.shared, rate, cfg.attn_bias,
+              **moe_kwargs)
         for hidden, experts, rate in zip(cfg.hidden_sizes(), cfg.experts_per_layer(), rates))
 
 

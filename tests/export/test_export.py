@@ -220,6 +220,25 @@ def test_deploy_form_is_exact_for_every_sharing_arrangement(tiny_cfg, shared):
     assert all(torch.equal(a, b) for a, b in zip(aux.experts, routes))
 
 
+def test_deploy_form_is_exact_with_attention_biases_and_exports_them(tiny_cfg, tmp_path):
+    """The other reading of the paper's bias sentence (`attn_bias=True`): QKV and output biases, non-zero
+    here, ride in the deploy form's Gemms, and the ONNX export computes the same logits and routes."""
+    model = MLiT(tiny_cfg.replace(attn_bias=True)).eval()
+    with torch.no_grad():
+        for blk in model.blocks:
+            blk.attn.qkv.bias.normal_()
+            blk.attn.proj.bias.normal_()
+    x = torch.randn(3, 3, tiny_cfg.img_size, tiny_cfg.img_size)
+    with torch.no_grad():
+        ref, aux = model(x, return_aux=True, sparse=True)
+        logits, *routes = to_deploy(model, probe=True)(x)
+    assert (logits - ref).abs().max() <= 1e-5
+    assert all(torch.equal(a, b) for a, b in zip(aux.experts, routes))
+    info = {"classes": [str(i) for i in range(5)], "preprocess": {}, "model": {}}
+    record = export_onnx(model, tmp_path / "b.onnx", info, probe=True)  # checked against PyTorch, or it raises
+    assert record["parity"]["routing_equal"] and record["parity"]["max_abs_err"] <= 1e-5
+
+
 @pytest.mark.parametrize("batch", [None, 4])
 def test_deploy_graph_is_lean_and_free_of_shape_arithmetic(exported, tmp_path, batch):
     from mlit_edge.export.graph_check import nodes_per_layer

@@ -27,7 +27,8 @@ def analytic_params(cfg: MLiTConfig) -> int:
     D, C = cfg.dim, cfg.head_dim
     total = cfg.patch_size**2 * cfg.in_chans * D + cfg.num_tokens * D  # projection, positions
     for h, t in zip(cfg.hidden_sizes(), cfg.experts_per_layer()):
-        total += 2 * D * D + 2 * D * cfg.groups * C  # q, out; k, v (GQA, no bias)
+        total += 2 * D * D + 2 * D * cfg.groups * C  # q, out; k, v (GQA)
+        total += (2 * D + 2 * cfg.groups * C) if cfg.attn_bias else 0  # their biases, in the other reading
         total += 2 * 2 * D  # two LayerNorms
         total += 2 * D * t  # Wg, Wnoise
         total += t * (D * h + h) + (D * h + h) + (h * D + D)  # per-expert W, b; shared V, c; W2, d
@@ -41,6 +42,17 @@ def test_parameter_counts_match_analytic_and_paper(size):
     assert n == analytic_params(model.cfg)
     tolerance = {"xxs": 0.02, "xs": 0.02, "s": 0.04}[size]  # XXS: paper states 0.67M outright
     assert abs(n - PAPER_PARAMS[size]) / PAPER_PARAMS[size] < tolerance
+
+
+@pytest.mark.parametrize("size", ["xxs", "xs", "s"])
+def test_the_attention_bias_reading_adds_qkv_and_output_biases_and_lands_closer_to_the_paper(size):
+    """docs/model.md weighs the two readings of the paper's bias sentence by these counts."""
+    plain = create_model(size, num_classes=100)
+    biased = create_model(size, num_classes=100, attn_bias=True)
+    n, m = count_parameters(plain), count_parameters(biased)
+    assert m == analytic_params(biased.cfg) and m - n == plain.cfg.depth * (2 * plain.cfg.dim + 2 * plain.cfg.groups
+                                                                           * plain.cfg.head_dim)
+    assert abs(m - PAPER_PARAMS[size]) < abs(n - PAPER_PARAMS[size])
 
 
 def test_xxs_is_within_2_percent_of_067m():

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -95,8 +96,20 @@ def test_sincos_position_init_is_mae_s_table_and_the_default_is_unchanged(tiny_c
     assert table.shape == (9, 8)
     row1_col2 = 1 * 3 + 2
     omega = torch.tensor([1.0, 0.01])
-    expected = torch.cat([torch.sin(1 * omega), torch.cos(1 * omega), torch.sin(2 * omega), torch.cos(2 * omega)])
-    torch.testing.assert_close(table[row1_col2], expected)
+    expected = torch.cat([torch.sin(2 * omega), torch.cos(2 * omega), torch.sin(1 * omega), torch.cos(1 * omega)])
+    torch.testing.assert_close(table[row1_col2], expected)  # the column's half first, as MAE's table
+
+    # MAE's construction, restated in numpy: meshgrid(w, h) in "xy" order, its first grid (the column) first
+    dim, grid = 16, 4
+    w, h = np.meshgrid(np.arange(grid, dtype=np.float64), np.arange(grid, dtype=np.float64))
+    freq = 1.0 / 10000 ** (np.arange(dim // 4) / (dim // 4))
+
+    def one_axis(pos):
+        angle = np.outer(pos.reshape(-1), freq)
+        return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+
+    mae = np.concatenate([one_axis(w), one_axis(h)], axis=1)
+    np.testing.assert_allclose(sincos_positions(dim, grid).numpy(), mae, atol=1e-6)
     model = MLiT(tiny_cfg.replace(pos_init="sincos"))
     assert torch.equal(model.pos_embed[0, :-1], sincos_positions(tiny_cfg.dim, tiny_cfg.grid))
     assert torch.equal(model.pos_embed[0, -1], torch.zeros(tiny_cfg.dim)) and model.pos_embed.requires_grad
