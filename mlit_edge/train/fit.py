@@ -23,6 +23,7 @@ from .device import amp_dtype, resolve_device
 from .distributed import Dist, barrier, gather_objects, init_distributed, shutdown
 from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at, param_groups, scaled_lr,
                    train_one_epoch)
+from .plots import plot_curves, plot_experts, plot_reconstruction
 from .run_folder import check_resume, check_writable, rewrite_log
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     if d.main:  # after the data is known to suit the run, so that a refused start leaves no folder
         check_writable(out)
     test_set = load_dataset(run.data, "test", run.data_root) if run.task != "pretrain" and d.main else None
+    shown = _reconstruction_images(run) if run.task == "pretrain" and d.main else None
     model, kind, cfg, size = build_model(run, train_set)
     model.to(device)
     per_rank = run.batch_size // d.world
@@ -226,8 +228,12 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
         rngs = gather_objects(ck.rng_state(), d)
         if d.main:
             test_m, test_counter = None, RoutingStats(experts)
-            if eval_loader is not None and ((epoch + 1) % run.eval_every == 0 or epoch + 1 == run.epochs):
+            evaluating = (epoch + 1) % run.eval_every == 0 or epoch + 1 == run.epochs
+            if eval_loader is not None and evaluating:
                 test_m = evaluate(model, eval_loader, dtype, test_counter)
+            if shown is not None and evaluating:
+                out.mkdir(parents=True, exist_ok=True)
+                plot_reconstruction(model, shown, out / "reconstruction.png")
             routing = {"train": counter.summary(), "test": test_counter.summary() or None}
             metrics = {"epoch": epoch, "train": train_m, "test": test_m, "experts": counter.fractions(),
                        "routing": routing, **({"subset": subset} if subset else {})}
@@ -236,8 +242,9 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
             with open(log_path, "a") as f:
                 f.write(json.dumps(metrics) + "\n")
             _report(epoch, run.epochs, train_m, test_m)
-            _plots(rows, counter.fractions(), (routing["test"] or routing["train"])["clean"], out, kind,
-                   "test split" if routing["test"] else "training batches")
+            if evaluating:  # with the test split's numbers, not every epoch: a tiny subset's epoch is a second
+                _plots(rows, counter.fractions(), (routing["test"] or routing["train"])["clean"], out, kind,
+                       "test split" if routing["test"] else "training batches")
             ck.save_atomic(ck.make_checkpoint(
                 kind, model, cfg, size, train_set.meta(), optimizer=optimizer.state_dict(),
                 scheduler=scheduler.state_dict(), scaler=scaler.state_dict() if scaler else None,
@@ -245,6 +252,14 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
                 init_from=run.init_from, subset=subset), ckpt_path)
         barrier(d)
     return metrics
+
+
+def _reconstruction_images(run: RunConfig) -> ImageSet:
+    """The images of pretrain's reconstruction figure: held-out ones where the data has a test split."""
+    try:
+        return load_dataset(run.data, "test", run.data_root)
+    except (OSError, ValueError, RuntimeError):  # e.g. a torchvision set whose test split was not downloaded
+        return load_dataset(run.data, "train", run.data_root)
 
 
 def _report(epoch: int, epochs: int, train_m: dict, test_m: dict | None) -> None:
@@ -258,8 +273,6 @@ def _report(epoch: int, epochs: int, train_m: dict, test_m: dict | None) -> None
 
 def _plots(rows: list[dict], used: list[list[float]], clean: list[list[float]], out: Path, kind: str,
            clean_on: str) -> None:
-    from .plots import plot_curves, plot_experts
-
     plot_curves(rows, out / "loss.png", loglog=kind == "mmlit",
                 title="mmLiT pre-training loss (log-log)" if kind == "mmlit" else "mLiT training")
     if used:

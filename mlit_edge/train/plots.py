@@ -76,3 +76,59 @@ def plot_experts(panels: dict[str, list[list[float]]], path: str | Path) -> None
         ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=list(axes[0]), label="share of routed token slots")
     save_figure(fig, path)
+
+
+def plot_reconstruction(model, data, path: str | Path, n: int = 8, seed: int = 0) -> Path:
+    """MAE's figure for `n` images of `data` (an ImageSet), the first of each class first: the masked input
+    the encoder saw, the reconstruction with the visible patches pasted back, and the original, one column
+    per image.
+
+    The mask is drawn from `seed` inside a forked RNG, so the figure is the same at every epoch for the same
+    weights and a run's own random stream (and so its resume) is untouched.
+    """
+    import torch
+
+    from ..model.mae import patchify, unpatchify
+
+    cfg, p, chans = model.cfg, model.cfg.encoder.patch_size, model.cfg.encoder.in_chans
+    first_of: dict[int, int] = {}
+    for i, c in enumerate(data.labels.tolist()):
+        first_of.setdefault(c, i)
+    firsts = sorted(first_of.values())
+    picked = (firsts + [i for i in range(len(data)) if i not in first_of.values()][: n])[:n]
+    x = torch.from_numpy(data.inputs(picked))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = model(x.to(next(model.parameters()).device))
+    finally:
+        model.train(was_training)
+    pred, mask = out.pred.float().cpu(), out.mask.float().cpu()
+    if cfg.norm_pix_loss:  # the decoder predicts each patch normalised by its own mean and variance
+        target = patchify(x, p)
+        pred = pred * (target.var(-1, keepdim=True) + 1e-6).sqrt() + target.mean(-1, keepdim=True)
+    hidden = unpatchify(mask[..., None].expand(-1, -1, p * p * chans), p, chans) > 0.5  # (n, C, S, S)
+    mean = torch.tensor(data.mean).view(1, -1, 1, 1)
+    std = torch.tensor(data.std).view(1, -1, 1, 1)
+
+    def pixels(t):
+        return (t * std + mean).clamp(0, 1).permute(0, 2, 3, 1).numpy()  # (n, S, S, C) in [0, 1]
+
+    rows = {"masked input": pixels(torch.where(hidden, (0.5 - mean) / std, x)),
+            "reconstruction + visible": pixels(torch.where(hidden, unpatchify(pred, p, chans), x)),
+            "original": pixels(x)}
+    plt = pyplot()
+    fig, axes = plt.subplots(len(rows), len(x), figsize=(1.1 * len(x), 1.2 * len(rows)), squeeze=False)
+    for r, (title, images) in enumerate(rows.items()):
+        for c, img in enumerate(images):
+            ax = axes[r][c]
+            ax.imshow(img.squeeze(-1) if img.shape[-1] == 1 else img, cmap="gray", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[r][0].set_ylabel(title, fontsize=7)
+    ratio = cfg.mask_ratio
+    fig.suptitle(f"mmLiT reconstruction, {ratio:.0%} of the patches hidden (MSE on them "
+                 f"{out.mse_masked.item():.4f})", fontsize=9)
+    return save_figure(fig, path)

@@ -88,6 +88,7 @@ def test_pretrain_then_finetune_on_embedded_data(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "pre" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["train"]["loss"] < rows[0]["train"]["loss"]
     assert (tmp_path / "pre" / "loss.png").stat().st_size > 0 and (tmp_path / "pre" / "experts.png").exists()
+    assert (tmp_path / "pre" / "reconstruction.png").stat().st_size > 0  # MAE's figure, at each eval and the end
     assert len(rows[-1]["experts"]) == 3 + 2  # encoder and decoder MoE layers
     assert torch.load(tmp_path / "pre" / "checkpoint.pt", weights_only=True)["config"]["dec_dim"] == 12
     proc = cli("finetune", "--from", tmp_path / "pre" / "checkpoint.pt", "--epochs", "1", "--batch-size", "200",
