@@ -50,6 +50,16 @@ if [ "$WITH_ORT" = "1" ]; then
   "$PREFIX/venv/bin/pip" install onnxruntime
 fi
 
+# Video sources (mlit-edge stream: CSI and V4L2 cameras, RTSP, files) go through OpenCV. JetPack's OpenCV
+# (the nvidia-opencv / python3-opencv packages) is built with GStreamer, which csi:// needs for
+# nvarguscamerasrc; the venv sees it through --system-site-packages. The PyPI wheels have no GStreamer,
+# so they are not installed here.
+if python3 -c "import cv2, sys; sys.exit('GStreamer:                   YES' not in cv2.getBuildInformation())" 2>/dev/null; then
+  echo "install-jetson: OpenCV $(python3 -c 'import cv2; print(cv2.__version__)') with GStreamer: stream takes csi://, /dev/video*, rtsp:// and files"
+else
+  echo "install-jetson: warning: no OpenCV with GStreamer; mlit-edge stream needs it: sudo apt install nvidia-opencv" >&2
+fi
+
 "$PREFIX/venv/bin/python" - <<'PY'
 import sys
 import mlit_edge.runtime  # noqa: F401  (the import itself is the check)

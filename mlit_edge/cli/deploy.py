@@ -137,3 +137,23 @@ def check_cmd(onnx_path: str, no_build: bool, as_json: bool) -> None:
     click.echo(json.dumps({**asdict(rep), "ok": rep.ok}, indent=2) if as_json else format_report(rep))
     if not rep.ok:
         sys.exit(1)
+
+
+@click.command("export-triton")
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.option("--repo", required=True, type=click.Path(file_okay=False),
+              help="The Triton model repository (created if missing); the model goes in REPO/NAME.")
+@click.option("--name", default=None, help="The model's name in Triton [default: the artifact's, e.g. mlit-xxs-fp16].")
+@user_errors
+def export_triton(artifact: str, repo: str, name: str | None) -> None:
+    """A Triton Inference Server model folder for a .plan or .onnx artifact: REPO/NAME/config.pbtxt (platform,
+    batch, input and output names, types and dims from the artifact itself), REPO/NAME/1/model.plan or
+    model.onnx, and the sidecar as REPO/NAME/mlit-edge.json.
+
+    \b
+    Then, on the device (JetPack's Triton build; not run on the project's machines):
+      tritonserver --model-repository REPO
+    """
+    from ..runtime.triton import write_repository
+
+    click.echo(str(write_repository(artifact, repo, name)))

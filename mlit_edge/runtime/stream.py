@@ -1,0 +1,191 @@
+"""`mlit-edge stream`: classify the frames of a video file, a camera or a stream, as jetson-inference's
+`imagenet.py SOURCE [OUTPUT]` does, with the torch-free runtime.
+
+One JSON line per classified frame (its index, the source's timestamp, the class, its probability and the
+latency from decoded frame to result), an optional annotated video (class, probability and FPS drawn
+on every frame), and a status line on stderr at an interval. SIGINT and SIGTERM end the run between
+frames: every JSON line written is whole and the annotated video is finalised, so it plays.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+import numpy as np
+
+from .classifier import Classifier, Prediction
+from .video import Frame, FrameReader, SourceError, import_cv2, parse_source
+
+logger = logging.getLogger(__name__)
+
+FOURCC = {".avi": "MJPG", ".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "MJPG"}
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    every: int = 1  # classify one frame in N
+    batch: int | None = None  # frames per call [default: a static-batch engine's batch, else 1]
+    top_k: int = 1
+    output: str | None = None  # the annotated video
+    status_s: float = 2.0  # seconds between status lines (0: none)
+    max_frames: int | None = None  # stop after this many classified frames
+    camera: tuple[int, int, int] = (1280, 720, 30)  # a CSI camera's width, height and fps
+
+    def __post_init__(self) -> None:
+        if self.every < 1 or (self.batch is not None and self.batch < 1) or self.top_k < 1:
+            raise ValueError("--every, --batch and --top-k must be at least 1")
+        if not self.status_s >= 0:  # NaN too
+            raise ValueError(f"--status-every {self.status_s}: give seconds >= 0")
+        if self.output is not None and Path(self.output).suffix.lower() not in FOURCC:
+            raise ValueError(f"{self.output}: write the annotated video as one of {', '.join(FOURCC)}")
+
+
+class Stats:
+    """Frames, drops and latencies of a run, for the status line and the summary."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.classified = 0
+        self.latencies_ms: list[float] = []
+        self._recent: list[float] = []  # result times of the last classified frames, for the FPS
+
+    def add(self, latency_ms: float) -> None:
+        self.classified += 1
+        self.latencies_ms.append(latency_ms)
+        self._recent = [*self._recent[-29:], time.perf_counter()]
+
+    @property
+    def fps(self) -> float:
+        """Classified frames per second over the last 30 (the figure drawn on the video)."""
+        r = self._recent
+        return (len(r) - 1) / (r[-1] - r[0]) if len(r) > 1 and r[-1] > r[0] else 0.0
+
+    def summary(self, reader: FrameReader) -> dict:
+        lat = np.array(self.latencies_ms or [np.nan])
+        seconds = time.perf_counter() - self.start
+        return {"frames_read": reader.read, "classified": self.classified, "dropped": reader.dropped,
+                "corrupt": reader.corrupt, "reconnects": reader.reconnects, "truncated": reader.truncated,
+                "fps": self.classified / seconds if seconds > 0 else 0.0,
+                "latency_ms_p50": float(np.nanpercentile(lat, 50)) if self.latencies_ms else None,
+                "latency_ms_p99": float(np.nanpercentile(lat, 99)) if self.latencies_ms else None,
+                "seconds": seconds}
+
+
+def status_line(s: dict, live: bool) -> str:
+    p50 = "-" if s["latency_ms_p50"] is None else f"{s['latency_ms_p50']:.1f}"
+    p99 = "-" if s["latency_ms_p99"] is None else f"{s['latency_ms_p99']:.1f}"
+    skipped = f"dropped {s['dropped']} (live: newest frame only)" if live else f"corrupt {s['corrupt']}"
+    return (f"frames {s['frames_read']} | classified {s['classified']} | {s['fps']:.1f} FPS | latency p50 {p50} ms "
+            f"p99 {p99} ms | {skipped}" + (f" | reconnects {s['reconnects']}" if s["reconnects"] else "")
+            + (" | truncated file" if s["truncated"] else ""))
+
+
+class Annotator:
+    """The annotated video: each frame with the latest class, its probability and the FPS drawn on it."""
+
+    def __init__(self, path: str, fps: float) -> None:
+        self.cv2, self.path, self.fps, self.writer = import_cv2(), path, fps, None
+
+    def write(self, frame: Frame, label: str) -> None:
+        cv2 = self.cv2
+        bgr = cv2.cvtColor(frame.image, cv2.COLOR_RGB2BGR)
+        h, w = bgr.shape[:2]
+        if self.writer is None:
+            fourcc = cv2.VideoWriter_fourcc(*FOURCC[Path(self.path).suffix.lower()])
+            self.writer = cv2.VideoWriter(self.path, fourcc, self.fps, (w, h))
+            if not self.writer.isOpened():
+                raise SourceError(f"{self.path}: this OpenCV cannot write that format; try .avi (MJPG)")
+        scale = max(0.4, w / 640)
+        cv2.rectangle(bgr, (0, 0), (w, int(28 * scale)), (0, 0, 0), -1)
+        cv2.putText(bgr, label, (int(6 * scale), int(20 * scale)), cv2.FONT_HERSHEY_SIMPLEX, 0.6 * scale,
+                    (255, 255, 255), max(1, int(scale)), cv2.LINE_AA)
+        self.writer.write(bgr)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.release()  # writes the container's index: the file plays
+            self.writer = None
+
+
+@contextmanager
+def stop_on_signals(reader: FrameReader) -> Iterator[dict]:
+    """SIGINT and SIGTERM stop the reader between frames (recorded in the yielded dict), instead of
+    killing the process mid-write; the previous handlers come back afterwards."""
+    got: dict = {}
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def handler(signum, _frame):
+        got["signal"] = signum
+        reader.stop()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _label(p: Prediction | None, fps: float) -> str:
+    return "..." if p is None else f"{p.name} {p.prob:.2f} | {fps:.1f} FPS"
+
+
+def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = sys.stdout) -> dict:
+    """Classify `uri`'s frames with the artifact `model`; JSON lines to `out`. Returns the summary, with
+    `signal` set when SIGINT or SIGTERM ended it."""
+    source = parse_source(uri, *opts.camera)
+    with Classifier.load(model) as clf, FrameReader(source) as reader, stop_on_signals(reader) as got:
+        batch = opts.batch or clf.runner.static_batch or 1
+        annotator = Annotator(opts.output, reader.fps) if opts.output else None
+        stats, last, last_status, pending = Stats(), None, time.perf_counter(), []
+        logger.info(f"{uri}: {source.kind} source, {'live: the newest frame is classified, older ones dropped' if source.live else 'file: every frame read'}"
+                    f" ({reader.fps:g} FPS), classifying 1 in {opts.every} with {Path(model).name}, batch {batch}")
+
+        def flush() -> None:
+            nonlocal last
+            preds = clf.predict([f.image for f in pending], top_k=opts.top_k)
+            done = time.perf_counter()
+            for f, p in zip(pending, preds):
+                latency = (done - f.read_at) * 1000
+                stats.add(latency)
+                row = {"frame": f.index, "t": round(f.timestamp_s, 4), "class": p.name, "class_id": p.class_id,
+                       "prob": round(p.prob, 6), "latency_ms": round(latency, 3)}
+                if opts.top_k > 1:
+                    row["top"] = [[c, n, round(q, 6)] for c, n, q in p.top]
+                out.write(json.dumps(row) + "\n")
+                last = p
+            out.flush()
+            pending.clear()
+
+        try:
+            for frame in reader:
+                if frame.index % opts.every == 0:
+                    pending.append(frame)
+                    if len(pending) >= batch or source.live:
+                        flush()
+                if annotator is not None:
+                    annotator.write(frame, _label(last, stats.fps))
+                now = time.perf_counter()
+                if opts.status_s and now - last_status >= opts.status_s:
+                    logger.info(status_line(stats.summary(reader), source.live))
+                    last_status = now
+                if opts.max_frames is not None and stats.classified + len(pending) >= opts.max_frames:
+                    break
+            if pending:
+                flush()
+        finally:
+            if annotator is not None:
+                annotator.close()
+        summary = stats.summary(reader)
+        logger.info(status_line(summary, source.live))
+        return {**summary, "source": source.kind, "live": source.live, **got}

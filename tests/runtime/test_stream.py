@@ -1,0 +1,227 @@
+"""`mlit-edge stream`: real videos written by OpenCV's VideoWriter (MJPG in AVI, and mp4v in MP4 where the
+wheel's FFmpeg has it), the live path's newest-frame rule and reconnects, and the source names a Jetson
+user types."""
+import functools
+import http.server
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+cv2 = pytest.importorskip("cv2")
+pytest.importorskip("onnx")
+
+from mlit_edge.runtime import Classifier  # noqa: E402
+from mlit_edge.runtime.video import FrameReader, SourceError, VideoSource, csi_pipeline, parse_source  # noqa: E402
+from tests.engine.test_build import export_tiny  # noqa: E402
+from tests.helpers import CLI, ENV, cli  # noqa: E402
+
+
+def write_video(path: Path, frames: int, fourcc: str = "MJPG", fps: float = 10.0, side: int = 72) -> Path:
+    """`frames` digits of the embedded test split, one per frame, scaled to side x side."""
+    from mlit_edge.train.data import mnist5k_raw
+
+    digits = mnist5k_raw("test")[0]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, (side, side))
+    assert writer.isOpened()
+    for i in range(frames):
+        gray = cv2.resize(digits[(i * 37) % len(digits)], (side, side), interpolation=cv2.INTER_NEAREST)
+        writer.write(cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR))
+    writer.release()
+    return path
+
+
+def decoded(path: Path) -> list[np.ndarray]:
+    cap, out = cv2.VideoCapture(str(path)), []
+    while True:
+        ok, bgr = cap.read()
+        if not ok:
+            return out
+        out.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+
+def rows(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return export_tiny(tmp_path_factory.mktemp("stream") / "mlit-tiny-fp32.onnx")
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return write_video(tmp_path_factory.mktemp("clip") / "digits.avi", 30)
+
+
+def test_every_frame_is_classified_as_the_extracted_frames_are(model, clip, tmp_path):
+    proc = cli("stream", clip, tmp_path / "annotated.avi", "--model", model)
+    got = rows(proc.stdout)
+    assert [r["frame"] for r in got] == list(range(30))
+    assert [r["t"] for r in got[:3]] == pytest.approx([0.0, 0.1, 0.2])
+    with Classifier.load(model) as clf:
+        one_by_one = [clf.predict(frame)[0] for frame in decoded(clip)]
+    assert [r["class_id"] for r in got] == [p.class_id for p in one_by_one]
+    assert [r["prob"] for r in got] == pytest.approx([p.prob for p in one_by_one], abs=1e-5)
+    assert all(r["latency_ms"] > 0 for r in got) and "classified 30" in proc.stderr and "corrupt 0" in proc.stderr
+    annotated = decoded(tmp_path / "annotated.avi")  # readable back, every frame, with the label drawn on
+    assert len(annotated) == 30 and annotated[0].shape == (72, 72, 3)
+
+
+def test_every_n_and_a_static_batch(model, clip, tmp_path):
+    got = rows(cli("stream", clip, "--model", model, "--every", "4", "--batch", "3").stdout)
+    assert [r["frame"] for r in got] == list(range(0, 30, 4))
+    single = {r["frame"]: r["class_id"] for r in rows(cli("stream", clip, "--model", model).stdout)}
+    assert all(single[r["frame"]] == r["class_id"] for r in got)  # batching changes nothing
+
+
+def test_mp4_where_the_wheel_can_write_it(model, tmp_path):
+    probe = cv2.VideoWriter(str(tmp_path / "p.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 10, (72, 72))
+    if not probe.isOpened():
+        pytest.skip("this OpenCV wheel writes no mp4v")
+    probe.release()
+    clip = write_video(tmp_path / "digits.mp4", 12, "mp4v")
+    got = rows(cli("stream", clip, tmp_path / "out.mp4", "--model", model).stdout)
+    assert len(got) == 12 and len(decoded(tmp_path / "out.mp4")) == 12
+
+
+def test_a_truncated_file_ends_cleanly_and_a_corrupt_frame_is_skipped(model, clip, tmp_path):
+    data = clip.read_bytes()
+    (tmp_path / "cut.avi").write_bytes(data[: len(data) * 6 // 10])
+    proc = cli("stream", tmp_path / "cut.avi", "--model", model)
+    n = len(rows(proc.stdout))
+    assert 5 < n < 30 and "truncated" in proc.stderr and "Traceback" not in proc.stderr
+    starts = [i for i in range(len(data) - 2) if data[i:i + 3] == b"\xff\xd8\xff"]  # each frame's JPEG
+    bad = bytearray(data)
+    bad[starts[10] + 2:starts[11] - 8] = bytes(starts[11] - 8 - starts[10] - 2)
+    (tmp_path / "bad.avi").write_bytes(bytes(bad))
+    proc = cli("stream", tmp_path / "bad.avi", "--model", model)
+    got = rows(proc.stdout)
+    assert len(got) == 29 and 10 not in [r["frame"] for r in got] and "corrupt 1" in proc.stderr
+
+
+def test_sigint_mid_stream_leaves_whole_lines_and_a_playable_video(model, tmp_path):
+    long_clip = write_video(tmp_path / "long.avi", 3000, fps=30)
+    out = tmp_path / "annotated.avi"
+    proc = subprocess.Popen([*CLI, "stream", str(long_clip), str(out), "--model", str(model), "--results",
+                             str(tmp_path / "r.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not (tmp_path / "r.jsonl").exists()
+                                      or (tmp_path / "r.jsonl").stat().st_size < 2000):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1500:]
+    got = rows((tmp_path / "r.jsonl").read_text())  # every line whole JSON
+    assert 20 < len(got) < 3000 and [r["frame"] for r in got] == list(range(len(got)))
+    assert len(decoded(out)) >= len(got)  # the writer was finalised: the file plays
+
+
+def test_bad_sources_are_one_line(model, tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "fake.mp4").write_bytes(b"\x00" * 4096)
+    for source, words in [(tmp_path / "missing.mp4", "does not exist"), (tmp_path / "notes.txt", "not a video file"),
+                          (tmp_path / "fake.mp4", "cannot open the video"), ("/dev/video97", "cannot open the camera"),
+                          ("csi://x", "csi://N")]:
+        proc = cli("stream", source, "--model", model, check=False)
+        assert proc.returncode != 0 and words in proc.stderr, (source, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_source_names_map_to_what_opencv_opens():
+    csi = parse_source("csi://1", 1920, 1080, 60)
+    assert csi.kind == "csi" and csi.live and csi.api == "gstreamer" and csi.target == csi_pipeline(1, 1920, 1080, 60)
+    assert "nvarguscamerasrc sensor-id=1" in csi.target and "width=(int)1920" in csi.target
+    assert csi.target.endswith("appsink drop=true max-buffers=1")
+    for name in ("/dev/video0", "v4l2:///dev/video0"):
+        assert parse_source(name) == VideoSource(name, "v4l2", "/dev/video0", "v4l2", True)
+    for url in ("rtsp://cam.local:554/stream", "http://127.0.0.1:8080/video.mjpg"):
+        assert parse_source(url) == VideoSource(url, "stream", url, "any", True)
+    pipe = "videotestsrc ! videoconvert ! appsink"
+    assert parse_source(pipe) == VideoSource(pipe, "gstreamer", pipe, "gstreamer", True)
+    assert not parse_source("gst://filesrc location=a.mp4 ! decodebin ! videoconvert ! appsink").live
+    with pytest.raises(SourceError, match="v4l2:///dev/videoN"):
+        parse_source("v4l2://camera")
+
+
+class FakeCapture:
+    """A live camera that makes frames faster than they are taken, then fails `fail_after` reads in."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.n, self.fail_after = 0, fail_after
+
+    def read(self):
+        time.sleep(0.002)
+        self.n += 1
+        if self.fail_after is not None and self.n > self.fail_after:
+            return False, None
+        return True, np.full((8, 8, 3), self.n % 256, np.uint8)
+
+    def get(self, prop):
+        return 0.0
+
+    def release(self):
+        pass
+
+
+def test_live_source_hands_on_the_newest_frame_counts_drops_and_reconnects(monkeypatch):
+    import mlit_edge.runtime.video as video
+
+    monkeypatch.setattr(video, "BACKOFF_S", (0.01, 0.02))
+    caps = iter([FakeCapture(fail_after=40), None, FakeCapture()])  # a stall, a failed reopen, then back
+    monkeypatch.setattr(FrameReader, "_capture", lambda self: next(caps))
+    source = VideoSource("rtsp://cam", "stream", "rtsp://cam", "any", True)
+    with FrameReader(source) as reader:
+        seen, deadline = [], time.time() + 60
+        for frame in reader:
+            seen.append(frame.index)
+            time.sleep(0.02)  # a slow classifier: several frames arrive while it works
+            if (reader.reconnects == 2 and len(seen) >= 8) or time.time() > deadline:
+                break
+    assert seen == sorted(seen) and seen[-1] - seen[0] > len(seen)  # skipped ahead to the newest
+    assert reader.dropped > 0 and reader.reconnects == 2 and reader.read >= reader.dropped + len(seen)
+
+
+def test_an_http_stream_on_localhost_is_read_as_a_live_source(model, clip, tmp_path):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(clip.parent))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{clip.name}"
+        proc = cli("stream", url, "--model", model, "--max-frames", "3", timeout=120, check=False)
+    finally:
+        server.shutdown()
+    if proc.returncode != 0 and "cannot open the stream" in proc.stderr:
+        pytest.skip("this OpenCV wheel's FFmpeg reads no HTTP")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert len(rows(proc.stdout)) == 3 and "live" in proc.stderr and "dropped" in proc.stderr
+
+
+def test_stream_never_imports_torch(model, clip, tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        class NoTorch:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("torch is blocked in this test")
+        sys.meta_path.insert(0, NoTorch())
+        from mlit_edge.cli import main
+        try:
+            main(["stream", {str(clip)!r}, {str(tmp_path / 'a.avi')!r}, "--model", {str(model)!r}, "--max-frames", "4"])
+        except SystemExit as e:
+            assert e.code in (0, None), e.code
+        assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)
+        print("OK")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count('"frame"') == 4 and "OK" in proc.stdout
