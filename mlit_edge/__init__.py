@@ -9,7 +9,7 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _LAZY = {"MAEConfig": "model.config", "MLiTConfig": "model.config", "SIZES": "model.config",
-         "get_config": "model.config", "MLiT": "model.mlit", "create_model": "model.mlit", "MMLiT": "model.mae",
+         "get_config": "model.config", "MLiT": "model.mlit", "create_model": "train.hub", "MMLiT": "model.mae",
          "classifier_from_mae": "model.mae"}
 
 __all__ = [*_LAZY, "__version__"]

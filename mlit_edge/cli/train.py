@@ -72,7 +72,8 @@ training_options = _stacked([  # shared by train, pretrain and finetune
                      help="A named gating of the routing ablation (docs/training.md, 'Routing health') [default: the "
                           "config's]; --set fields win over it."),
         click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
-                     help="Evaluate on the test split every N epochs (and after the last)."),
+                     help="Evaluate on the test split and redraw the run's PNGs (pretrain: the reconstruction "
+                          "figure) every N epochs, and after the last."),
         click.option("--progress/--no-progress", default=True, help="Progress bars (--no-progress: log lines only)."),
 ])
 
@@ -127,7 +128,8 @@ def pretrain(size: str, **kw) -> None:
 
 @click.command()
 @click.option("--from", "init_from", required=True, type=click.Path(dir_okay=False),
-              help="The mmLiT pre-training checkpoint whose encoder is fine-tuned.")
+              help="The mmLiT pre-training checkpoint whose encoder is fine-tuned: a pretrain run's "
+                   "checkpoint.pt, or pretrained:xxs-mnist5k-mae, the one that ships (mlit-edge pretrained).")
 @training_options
 @few_labels
 @user_errors
@@ -189,9 +191,10 @@ def quickstart(**kw) -> None:
 @click.command("pretrained")
 @click.option("--json", "as_json", is_flag=True, help="Print the index as JSON.")
 def pretrained(as_json: bool) -> None:
-    """The pretrained models that ship inside mlit-edge, usable as --checkpoint pretrained:NAME (build
-    without --checkpoint uses its size's one by default)."""
-    from ..train.pretrained import PREFIX, index
+    """The pretrained models that ship inside mlit-edge: mLiT classifiers, usable as --checkpoint
+    pretrained:NAME (build without --checkpoint uses its size's one by default), and mmLiT masked
+    auto-encoders, to fine-tune with finetune --from pretrained:NAME."""
+    from ..train.pretrained import PREFIX, index, kind_of
 
     models = index()
     if as_json:
@@ -200,7 +203,12 @@ def pretrained(as_json: bool) -> None:
     if not models:
         click.echo("no pretrained model ships with this install")
     for name, e in models.items():
-        click.echo(f"{PREFIX}{name}: mLiT-{e['size'].upper()} on {e['dataset']}, {e['params']:,} params, top-1 "
-                   f"{e['top1']:.4f} on {e['test_images']} held-out images, {e['bytes'] / 1e6:.1f} MB, sha256 "
-                   f"{e['sha256'][:16]}...{' (the default for its size)' if e.get('default') else ''}\n"
-                   f"  made by: {e['command']}")
+        if kind_of(e) == "mmlit":
+            what = (f"mmLiT-{e['size'].upper()} masked auto-encoder on {e['dataset']} ({e['train_images']} images, "
+                    f"labels unused), {e['params']:,} params, final loss {e['final_loss']:.4f}; use it with "
+                    f"finetune --from {PREFIX}{name}")
+        else:
+            what = (f"mLiT-{e['size'].upper()} on {e['dataset']}, {e['params']:,} params, top-1 {e['top1']:.4f} on "
+                    f"{e['test_images']} held-out images")
+        click.echo(f"{PREFIX}{name}: {what}, {e['bytes'] / 1e6:.1f} MB, sha256 {e['sha256'][:16]}..."
+                   f"{' (the default for its size)' if e.get('default') else ''}\n  made by: {e['command']}")

@@ -1,10 +1,11 @@
-"""The pretrained models that ship inside the package, trained by the project's own `mlit-edge train`.
+"""The pretrained models that ship inside the package, made by the project's own commands: mLiT
+classifiers by `mlit-edge train`, mmLiT masked auto-encoders (to fine-tune) by `mlit-edge pretrain`.
 
 Each is a weights-only checkpoint in `mlit_edge/weights/` listed in `index.json` with its sha256,
 the exact command that produced it and its metrics. Anywhere a checkpoint is taken,
 `pretrained:NAME` names one; its bytes are checked against the recorded sha256 before they are
 loaded, so a changed file is refused in one line. Maintainers add one with
-`python tools/publish_pretrained.py RUN_DIR NAME --command "mlit-edge train ..."`.
+`python tools/publish_pretrained.py RUN_DIR NAME --command "mlit-edge train ..."` (or "... pretrain ...").
 """
 from __future__ import annotations
 
@@ -37,16 +38,22 @@ def is_pretrained(spec: str | Path) -> bool:
     return str(spec).startswith(PREFIX)
 
 
+def kind_of(entry: dict) -> str:
+    """"mlit" for a classifier, "mmlit" for a masked auto-encoder (entries before mmLiT shipped are mLiT)."""
+    return entry.get("kind", "mlit")
+
+
 def default_for(size: str, num_classes: int | None = None) -> str | None:
     """The `pretrained:NAME` a size builds from when no checkpoint is given (None when none ships)."""
     for name, entry in index().items():
-        if entry["size"] == size and entry.get("default") and num_classes in (None, len(entry["classes"])):
+        if (kind_of(entry) == "mlit" and entry["size"] == size and entry.get("default")
+                and num_classes in (None, len(entry["classes"]))):
             return PREFIX + name
     return None
 
 
 def entry_of(spec: str | Path) -> dict:
-    name = str(spec).removeprefix(PREFIX)
+    name = spec_name(spec)
     models = index()
     if name not in models:
         have = ", ".join(PREFIX + n for n in models) or "none ships with this install"
@@ -71,8 +78,17 @@ def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
 def describe(spec: str | Path) -> str:
     """One line for banners: what the model is and how accurate it is."""
     e = entry_of(spec)
+    if kind_of(e) == "mmlit":
+        return (f"{spec}: mmLiT-{e['size'].upper()} pre-trained by mlit-edge as a masked auto-encoder on "
+                f"{e['dataset']}'s {e['train_images']} training images, labels unused, final loss {e['final_loss']:.4f} "
+                f"(sha256 {e['sha256'][:12]})")
     return (f"{spec}: mLiT-{e['size'].upper()} trained on {e['dataset']} by mlit-edge, top-1 {e['top1']:.4f} on "
             f"{e['test_images']} held-out images (sha256 {e['sha256'][:12]})")
+
+
+def spec_name(spec: str | Path) -> str:
+    """NAME of `pretrained:NAME` (or of a bare NAME)."""
+    return str(spec).removeprefix(PREFIX)
 
 
 def weights_banner(record: dict, checkpoint_given: bool) -> str | None:
@@ -83,3 +99,4 @@ def weights_banner(record: dict, checkpoint_given: bool) -> str | None:
     if checkpoint_given:
         return None
     return f"weights: {describe(record['checkpoint'])}; --random-weights gives random weights instead"
+

@@ -1,5 +1,6 @@
-"""The pretrained mLiT that ships in the package: listed, loaded with its sha256 checked, refused when
-changed, and `--random-weights` beside it (README, "Pretrained models")."""
+"""The pretrained models that ship in the package (the mLiT classifier and the mmLiT auto-encoder): listed,
+loaded with their sha256 checked, refused when changed, `create_model(..., pretrained=...)`, and
+`--random-weights` beside them (README, "Pretrained models")."""
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from mlit_edge.train.checkpoint import load_checkpoint, read_checkpoint
 from tests.helpers import CLI, ENV
 
 NAME = "pretrained:xxs-mnist5k"
+MAE = "pretrained:xxs-mnist5k-mae"
 
 
 def test_the_shipped_model_is_listed_small_and_accurate():
@@ -25,17 +27,57 @@ def test_the_shipped_model_is_listed_small_and_accurate():
     assert proc.returncode == 0 and NAME in proc.stdout and "mlit-edge train" in proc.stdout
 
 
-def test_a_changed_weights_file_is_refused_in_one_line(tmp_path, monkeypatch):
+def test_the_shipped_mmlit_is_listed_small_and_a_whole_auto_encoder():
+    """`pretrained:xxs-mnist5k-mae`: made by the project's own `pretrain` on the 4000 training digits without
+    their labels, encoder and decoder, weights only; never the default a build takes."""
+    entry = pretrained.entry_of(MAE)
+    path = pretrained.WEIGHTS / entry["file"]
+    assert entry["kind"] == "mmlit" and path.stat().st_size == entry["bytes"] <= 4e6
+    assert entry["command"].startswith("mlit-edge pretrain --size xxs") and "--data" not in entry["command"]
+    assert entry["train_images"] == 4000 and entry["mask_ratio"] == 0.75 and 0 < entry["final_loss"] < 0.5
+    ckpt, sha = read_checkpoint(MAE, kind="mmlit")
+    assert sha == entry["sha256"] and "optimizer" not in ckpt and ckpt["metrics"]["train"]["loss"] > 0
+    assert any(k.startswith("decoder_blocks.") for k in ckpt["model"]) and ckpt["config"]["encoder"]["dim"] == 108
+    assert pretrained.default_for("xxs") == NAME  # a build never picks the auto-encoder
+    proc = subprocess.run([*CLI, "pretrained"], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 0 and f"{MAE}: mmLiT-XXS masked auto-encoder" in proc.stdout and NAME in proc.stdout
+    build = subprocess.run([*CLI, "export", "--checkpoint", MAE], capture_output=True, text=True, env=ENV)
+    assert build.returncode != 0 and "a supervised mLiT checkpoint is needed" in build.stderr
+
+
+def test_create_model_by_size_or_shipped_name():
+    import torch
+
+    from mlit_edge import MLiT, MMLiT, create_model
+
+    model = create_model("xxs", pretrained=True)
+    assert isinstance(model, MLiT) and not model.training
+    shipped = load_checkpoint(NAME)["model"]
+    assert all(torch.equal(v, shipped[k]) for k, v in model.state_dict().items())
+    mae = create_model("xxs", pretrained="xxs-mnist5k-mae")
+    assert isinstance(mae, MMLiT) and mae.encoder.cfg.num_classes == 0
+    assert create_model("xxs", num_classes=7).cfg.num_classes == 7  # no pretrained: a new, random mLiT
+    with pytest.raises(pretrained.PretrainedError, match="of size 'xxs', not 's'"):
+        create_model("s", pretrained="xxs-mnist5k-mae")
+    with pytest.raises(pretrained.PretrainedError, match="no pretrained classifier of size 's'"):
+        create_model("s", pretrained=True)
+    with pytest.raises(ValueError, match="num_classes cannot change a pretrained model"):
+        create_model("xxs", pretrained=True, num_classes=7)
+
+
+@pytest.mark.parametrize("name", [NAME, MAE])
+def test_a_changed_weights_file_is_refused_in_one_line(tmp_path, monkeypatch, name):
     weights = tmp_path / "weights"
     shutil.copytree(pretrained.WEIGHTS, weights)
     monkeypatch.setattr(pretrained, "WEIGHTS", weights)
     monkeypatch.setattr(pretrained, "INDEX", weights / "index.json")
-    load_checkpoint(NAME)  # the intact copy loads
-    data = bytearray((weights / "xxs-mnist5k.pt").read_bytes())
+    load_checkpoint(name)  # the intact copy loads
+    file = weights / pretrained.entry_of(name)["file"]
+    data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0x01
-    (weights / "xxs-mnist5k.pt").write_bytes(bytes(data))
+    file.write_bytes(bytes(data))
     with pytest.raises(pretrained.PretrainedError, match="does not match its recorded sha256") as err:
-        load_checkpoint(NAME)
+        load_checkpoint(name)
     assert "\n" not in str(err.value)
     with pytest.raises(pretrained.PretrainedError, match="no such pretrained model"):
         load_checkpoint("pretrained:nope")
@@ -57,3 +99,16 @@ def test_eval_of_the_pretrained_model_repeats_its_recorded_top1():
 
     result = evaluate_checkpoint(NAME)
     assert result["top1"] == pytest.approx(pretrained.entry_of(NAME)["top1"], abs=1e-9)
+
+
+def test_finetune_from_the_shipped_mmlit_on_a_few_labels(tmp_path):
+    """The few-label path the README shows: the shipped encoder, 2 labelled digits of each class."""
+    import torch
+
+    proc = subprocess.run([*CLI, "finetune", "--from", MAE, "--labels-per-class", "2", "--subset-seed", "3",
+                           "--epochs", "1", "--batch-size", "20", "--no-progress", "--out", str(tmp_path / "ft")],
+                          capture_output=True, text=True, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "final test top-1" in proc.stdout
+    ckpt = torch.load(tmp_path / "ft" / "checkpoint.pt", weights_only=True)
+    assert ckpt["init_from"] == MAE and ckpt["subset"]["images"] == 20 and ckpt["subset"]["seed"] == 3

@@ -1,0 +1,41 @@
+"""Models by name, as timm's `create_model`: a new mLiT of a size, or a shipped pretrained model loaded and
+checked (`mlit_edge.create_model("xxs", pretrained=True)`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from ..model.mlit import create_model as new_model
+from .checkpoint import load_checkpoint, model_from_checkpoint
+from .pretrained import PREFIX, PretrainedError, default_for, entry_of, spec_name
+
+
+def load_pretrained(spec: str | Path) -> nn.Module:
+    """The model of a shipped `pretrained:NAME` (or NAME): an MLiT classifier, or an MMLiT auto-encoder,
+    in eval mode, once its file's sha256 matches the index."""
+    name = spec_name(spec)
+    return model_from_checkpoint(load_checkpoint(PREFIX + name)).eval()
+
+
+def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.Module:
+    """A model by size, as timm's `create_model`: `create_model("xxs", num_classes=10)` is a new, random mLiT;
+    `pretrained=True` the size's shipped classifier (`mlit-edge pretrained`); `pretrained="xxs-mnist5k-mae"`
+    (or any shipped NAME) that model, an MMLiT for a masked auto-encoder. A shipped model takes no overrides.
+    """
+    if not pretrained:
+        return new_model(size, **overrides)
+    if overrides:
+        raise ValueError(f"create_model: {', '.join(overrides)} cannot change a pretrained model's config; "
+                         "fine-tune it instead (mlit-edge finetune, or load it and replace its head)")
+    if pretrained is True:
+        spec = default_for(size)
+        if spec is None:
+            raise PretrainedError(f"no pretrained classifier of size {size!r} ships (list them with mlit-edge "
+                                  "pretrained)")
+    else:
+        spec = str(pretrained)
+        entry = entry_of(spec)
+        if entry["size"] != size:
+            raise PretrainedError(f"{PREFIX}{spec_name(spec)} is of size {entry['size']!r}, not {size!r}")
+    return load_pretrained(spec)
