@@ -103,10 +103,13 @@ class Annotator:
             self.writer = cv2.VideoWriter(self.path, fourcc, self.fps, (w, h))
             if not self.writer.isOpened():
                 raise SourceError(f"{self.path}: this OpenCV cannot write that format; try .avi (MJPG)")
-        scale = max(0.4, w / 640)
-        cv2.rectangle(bgr, (0, 0), (w, int(28 * scale)), (0, 0, 0), -1)
-        cv2.putText(bgr, label, (int(6 * scale), int(20 * scale)), cv2.FONT_HERSHEY_SIMPLEX, 0.6 * scale,
-                    (255, 255, 255), max(1, int(scale)), cv2.LINE_AA)
+        font = cv2.FONT_HERSHEY_SIMPLEX
+        (text_w, text_h), _ = cv2.getTextSize(label, font, 1.0, 1)
+        scale = min(max(w, 320) / 640, 0.94 * w / text_w)  # readable on a thumbnail, never wider than the frame
+        thick = max(1, round(2 * scale))
+        pad = max(2, int(text_h * scale * 0.4))
+        cv2.rectangle(bgr, (0, 0), (w, int(text_h * scale) + 2 * pad), (0, 0, 0), -1)
+        cv2.putText(bgr, label, (pad, int(text_h * scale) + pad), font, scale, (255, 255, 255), thick, cv2.LINE_AA)
         self.writer.write(bgr)
 
     def close(self) -> None:
