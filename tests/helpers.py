@@ -10,6 +10,15 @@ ROOT = Path(__file__).parent.parent
 CLI = [sys.executable, "-m", "mlit_edge.cli"]
 # one thread per subprocess: the suite runs two test workers on a 2-core machine
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+# the first lines of a script that must run without torch: any import of it fails
+NO_TORCH = """
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+sys.meta_path.insert(0, NoTorch())
+"""
 # `--set` options that make a 3-layer mLiT of width 12: every code path of the real sizes in seconds
 TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "depth=3", "--set", "hidden_first=8",
         "--set", "hidden_last=4"]

@@ -19,7 +19,7 @@ from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
-from tests.helpers import ENV  # noqa: E402
+from tests.helpers import ENV, NO_TORCH  # noqa: E402
 
 
 
@@ -41,13 +41,7 @@ def png(path: Path, array: np.ndarray) -> Path:
 def test_runtime_and_predict_cli_never_import_torch(model_onnx, tmp_path):
     digit = mnist5k_raw("test")[0][0]
     img = png(tmp_path / "digit.png", digit)
-    script = textwrap.dedent(f"""
-        import sys, json
-        class NoTorch:
-            def find_spec(self, name, path=None, target=None):
-                if name == "torch" or name.startswith("torch."):
-                    raise ImportError("torch is blocked in this test")
-        sys.meta_path.insert(0, NoTorch())
+    script = NO_TORCH + textwrap.dedent(f"""
         import numpy as np
         from mlit_edge.runtime import Classifier
         with Classifier.load({str(model_onnx)!r}) as clf:

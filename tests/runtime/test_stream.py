@@ -21,7 +21,7 @@ pytest.importorskip("onnx")
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.runtime.video import FrameReader, SourceError, VideoSource, csi_pipeline, parse_source  # noqa: E402
 from tests.engine.test_build import export_tiny  # noqa: E402
-from tests.helpers import CLI, ENV, cli  # noqa: E402
+from tests.helpers import CLI, ENV, NO_TORCH, cli  # noqa: E402
 
 
 def write_video(path: Path, frames: int, fourcc: str = "MJPG", fps: float = 10.0, side: int = 72) -> Path:
@@ -207,13 +207,7 @@ def test_an_http_stream_on_localhost_is_read_as_a_live_source(model, clip, tmp_p
 
 
 def test_stream_never_imports_torch(model, clip, tmp_path):
-    script = textwrap.dedent(f"""
-        import sys
-        class NoTorch:
-            def find_spec(self, name, path=None, target=None):
-                if name == "torch" or name.startswith("torch."):
-                    raise ImportError("torch is blocked in this test")
-        sys.meta_path.insert(0, NoTorch())
+    script = NO_TORCH + textwrap.dedent(f"""
         from mlit_edge.cli import main
         try:
             main(["stream", {str(clip)!r}, {str(tmp_path / 'a.avi')!r}, "--model", {str(model)!r}, "--max-frames", "4"])
