@@ -161,4 +161,22 @@ def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
         cases.append(Case(f"--set {setting}", "checkpoint", ["train", "--set", setting, "--epochs", "1", "--out",
                                                             str(folder / "run-set")], 1, words,
                           extra={"no_folder": "run-set"}))
+
+    # round 2 (issue 23): weights that are not finite floats, and numbers that are not finite
+    nan_weights = _checkpoint_variant(checkpoint, folder, "nan_weights",
+                                      lambda c: c["model"]["head.bias"].__setitem__(0, float("nan")))
+    int_weights = _checkpoint_variant(checkpoint, folder, "int_weights",
+                                      lambda c: c["model"].__setitem__("head.bias", c["model"]["head.bias"].to(
+                                          __import__("torch").int8)))
+    for path, words in [(nan_weights, "tensor 'head.bias' holds NaN or infinity"),
+                        (int_weights, "tensor 'head.bias' is int8, not floating point")]:
+        cases += [Case(f"checkpoint {path.name}: eval", "round2", ["eval", "--checkpoint", str(path)], 1, words),
+                  Case(f"checkpoint {path.name}: build", "round2",
+                       ["build", "--checkpoint", str(path), "--target", "onnxruntime", "--out",
+                        str(folder / f"out-{path.stem}")], 1, words, extra={"no_folder": f"out-{path.stem}"})]
+    for option, value in [("--lr", "nan"), ("--lr", "inf"), ("--min-lr", "nan"), ("--weight-decay", "1e309"),
+                          ("--clip-grad", "nan"), ("--warmup-frac", "nan")]:
+        cases.append(Case(f"train {option} {value}", "round2", ["train", option, value, "--epochs", "1", "--out",
+                                                                 str(folder / "run-nan")], 2, "is not a finite number",
+                          extra={"no_folder": "run-nan"}))
     return cases

@@ -74,7 +74,8 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
             failures.append(f"{case.defect}: {case.name}: {'; '.join(problems)}")
     assert not failures, "\n".join(failures)
     assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
-    assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint"} and len(cases) >= 30
+    assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2"}
+    assert len(cases) >= 40
 
 
 def test_bomb_in_a_list_of_files_leaves_the_good_ones_classified(good, tmp_path):
@@ -266,3 +267,42 @@ def test_classifier_after_close_and_unwritable_run_folder(good, tmp_path):
     start = time.monotonic()
     r = CliRunner().invoke(main, ["train", "--epochs", "1", "--out", str(blocker / "run"), "--no-progress"])
     assert r.exit_code == 1 and "cannot write the run folder" in r.stderr and time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("name", ["done", "failed"])
+def test_serve_starts_with_a_file_named_like_its_folders_in_the_inbox(good, tmp_path, name, capsys):
+    """A file called `done` used to stop every start on "File exists": a crash loop under systemd. It is
+    renamed, classified like any image, and the folders are made."""
+    from mlit_edge.runtime import serve
+
+    art, _ = good
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    Image.fromarray(np.full((28, 28), 255, np.uint8)).save(inbox / "x.png")
+    (inbox / name).write_bytes((inbox / "x.png").read_bytes())
+    assert serve.watch(art, inbox, tmp_path / "r.jsonl", interval_s=0.05, max_files=2, settle_s=0) == 2
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sorted(r["path"] for r in rows) == sorted([f"{name}-1", "x.png"]) and all("class_id" in r for r in rows)
+    assert (inbox / "done").is_dir() and (inbox / "failed").is_dir() and f"renamed it to {name}-1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("claimed", ["a/../../escaped", "\x1b]0;PWNED\x07", "xxs"])
+def test_a_checkpoint_s_size_field_never_names_a_file(trained_checkpoint, tmp_path, claimed):
+    """The artifact name comes from a registered size (or `custom`), never from the checkpoint's field:
+    no file outside --out, no escape code in a name or on the terminal."""
+    import torch
+
+    _, ckpt = trained_checkpoint
+    state = torch.load(ckpt, weights_only=True)
+    state["size"] = claimed
+    evil = tmp_path / "evil.pt"
+    torch.save(state, evil)
+    (tmp_path / "out" / "mlit-a").mkdir(parents=True)  # the folder a traversal would go through
+    proc = subprocess.run([*CLI, "build", "--checkpoint", str(evil), "--precision", "fp32", "--target", "onnxruntime",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    made = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file() and p != evil)
+    stem = "mlit-xxs-custom" if claimed == "xxs" else "mlit-custom"  # the tiny config is not XXS's; others: custom
+    assert made == [f"out/{stem}-fp32.onnx", f"out/{stem}-fp32.onnx.json"], made
+    assert "\x1b" not in proc.stderr + proc.stdout + "".join(made)

@@ -1,6 +1,7 @@
 """What every command shares: option callbacks, the one-line error wrapper, the progress log."""
 from __future__ import annotations
 
+import math
 import sys
 from functools import wraps
 
@@ -12,6 +13,17 @@ from ..runtime.messages import first_line
 
 USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that also refuses nan and infinity (`1e309` too): nan passes every range check, and
+    both would only fail later, mid-run ("loss became nan"), after a run folder was made."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def check_size(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:

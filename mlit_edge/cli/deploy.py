@@ -8,7 +8,7 @@ import click
 
 from ..export import PRECISIONS
 from ..runtime.artifact import BATCH_PROFILE
-from .common import OPSET, batch_triple, check_size, user_errors
+from .common import FiniteFloat, OPSET, batch_triple, check_size, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
                       help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
@@ -71,7 +71,7 @@ def export(**kw) -> None:
               help="A static batch size (static shapes everywhere, CUDA-graph friendly).")
 @click.option("--dynamic-batch", default=None, callback=batch_triple,
               help=f"MIN,OPT,MAX of the engine's batch profile [default: {','.join(map(str, BATCH_PROFILE))}].")
-@click.option("--workspace", default=1.0, show_default=True, type=click.FloatRange(min=0.0625),
+@click.option("--workspace", default=1.0, show_default=True, type=FiniteFloat(min=0.0625),
               help="Builder memory-pool limit in GiB.")
 @click.option("--timing-cache", default=None, type=click.Path(dir_okay=False),
               help="TensorRT timing cache: read if it exists, written after the build.")

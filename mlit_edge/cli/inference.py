@@ -8,7 +8,7 @@ import click
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from .common import int_list, log, user_errors
+from .common import FiniteFloat, int_list, log, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
                           help="Refuse, per file and before decoding, images with more pixels than this.")
@@ -23,9 +23,9 @@ MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_defau
 @click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
 @click.option("--batch", "batches", default=",".join(map(str, BATCH_PROFILE)), show_default=True, callback=int_list,
               help="Comma-separated batch sizes to time.")
-@click.option("--warmup-ms", default=200.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--warmup-ms", default=200.0, show_default=True, type=FiniteFloat(min=0))
 @click.option("--warmup-iters", default=10, show_default=True, type=click.IntRange(min=0))
-@click.option("--duration", "duration_s", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+@click.option("--duration", "duration_s", default=2.0, show_default=True, type=FiniteFloat(min=0.01),
               help="Seconds of timed calls per artifact and batch.")
 @click.option("--iterations", default=None, type=click.IntRange(min=1), help="Time exactly N calls instead.")
 @click.option("--threads", default=None, type=click.IntRange(min=1), help="CPU threads (ONNX Runtime, torch).")
@@ -90,11 +90,11 @@ def predict(images, model_path, top_k, as_json, max_pixels) -> None:
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--inbox", required=True, type=click.Path(file_okay=False), help="Folder to watch for images.")
 @click.option("--results", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to append to.")
-@click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
+@click.option("--interval", default=0.5, show_default=True, type=FiniteFloat(min=0.01),
               help="Seconds between polls of an empty inbox.")
-@click.option("--settle", "settle_s", default=1.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--settle", "settle_s", default=1.0, show_default=True, type=FiniteFloat(min=0),
               help="Read a file only once its size and time have held still this long.")
-@click.option("--retry", "retry_s", default=10.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--retry", "retry_s", default=10.0, show_default=True, type=FiniteFloat(min=0),
               help="Retry a file that does not decode until it has held still this long, then fail it.")
 @MAX_PIXELS
 @user_errors
@@ -124,7 +124,7 @@ def serve(model_path, inbox, results, **kw) -> None:
               help="Frames per call for a file [default: a static-batch engine's batch, else 1]; live sources "
                    "always classify their newest frame alone.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--status-every", "status_s", default=2.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--status-every", "status_s", default=2.0, show_default=True, type=FiniteFloat(min=0),
               help="Seconds between status lines on stderr (0: only the last).")
 @click.option("--max-frames", default=None, type=click.IntRange(min=1), help="Stop after N classified frames.")
 @click.option("--camera", default="1280x720@30", show_default=True,

@@ -7,7 +7,7 @@ from typing import Callable
 import click
 
 from ..model.config import GATINGS
-from .common import SIZE, int_list, parse_set, user_errors
+from .common import FiniteFloat, SIZE, int_list, parse_set, user_errors
 
 @click.command()
 @SIZE
@@ -44,13 +44,13 @@ training_options = _stacked([  # shared by train, pretrain and finetune
         click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1)),
         click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1),
                      help="Global batch size, split across torchrun processes."),
-        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=None,
                      help="Peak learning rate [default: 3e-4 * batch / 256, the paper's rule]."),
-        click.option("--min-lr", default=0.0, show_default=True, type=click.FloatRange(min=0)),
-        click.option("--warmup-frac", default=0.05, show_default=True, type=click.FloatRange(0, 1),
+        click.option("--min-lr", default=0.0, show_default=True, type=FiniteFloat(min=0)),
+        click.option("--warmup-frac", default=0.05, show_default=True, type=FiniteFloat(0, 1),
                      help="Fraction of training spent in linear warm-up."),
-        click.option("--weight-decay", default=0.05, show_default=True, type=click.FloatRange(min=0)),
-        click.option("--clip-grad", default=None, type=click.FloatRange(min=0, min_open=True),
+        click.option("--weight-decay", default=0.05, show_default=True, type=FiniteFloat(min=0)),
+        click.option("--clip-grad", default=None, type=FiniteFloat(min=0, min_open=True),
                      help="Clip the gradient norm to this value."),
         click.option("--amp", default="auto", show_default=True, type=click.Choice(["auto", "fp16", "bf16", "off"]),
                      help="Mixed precision: auto is fp16 with a GradScaler on CUDA, bf16 on a CPU with AMX "
@@ -117,7 +117,7 @@ def train(size: str, **kw) -> None:
 
 @click.command()
 @SIZE
-@click.option("--mask-ratio", default=None, type=click.FloatRange(0, 1, max_open=True),
+@click.option("--mask-ratio", default=None, type=FiniteFloat(0, 1, max_open=True),
               help="Fraction of patches hidden from the encoder [default: 0.75, the paper's].")
 @training_options
 @user_errors
@@ -166,11 +166,11 @@ def eval_(as_json: bool, **kw) -> None:
 @click.option("--epochs", default=10, show_default=True, type=click.IntRange(min=1),
               help="With --train (10 with the defaults: about 96% top-1, docs/training.md).")
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="With --train.")
-@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--lr", default=1e-3, show_default=True, type=FiniteFloat(min=0, min_open=True),
               help="With --train.")
 @click.option("--batch", "batches", default="1,8", show_default=True, callback=int_list,
               help="Batch sizes to time.")
-@click.option("--duration", "duration_s", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
+@click.option("--duration", "duration_s", default=0.5, show_default=True, type=FiniteFloat(min=0.01),
               help="Seconds of timed calls per artifact and batch.")
 @click.option("--set", "overrides", multiple=True, callback=parse_set, metavar="KEY=VALUE",
               help="With --train: override a model config field, as for train (e.g. --set depth=4). Repeatable.")

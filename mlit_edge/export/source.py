@@ -33,6 +33,16 @@ def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str 
             "checkpoint": checkpoint, "checkpoint_sha256": sha256, "random_weights": checkpoint is None}
 
 
+def checked_size(claimed: Any, cfg: "MLiTConfig") -> str:
+    """The size name the artifacts of a checkpoint that claims `claimed` may carry: a registered size (or
+    SIZE-custom when `cfg` differs from it), else "custom". The checkpoint's own field goes into no file
+    name or message as it is: it may hold a path (`a/../../x`) or terminal escape codes."""
+    from ..model.config import SIZES, size_label
+
+    key = claimed.lower().removesuffix("-custom") if isinstance(claimed, str) else None
+    return size_label(key, cfg) if key in SIZES else "custom"
+
+
 def load_for_export(checkpoint: str | None, size: str | None, num_classes: int = 10,
                     random_weights: bool = False) -> tuple[MLiT, dict]:
     """The classifier to export and what its artifacts record about it.
@@ -51,10 +61,11 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     if checkpoint:
         ckpt, sha = read_checkpoint(checkpoint, kind="mlit")
         model = model_from_checkpoint(ckpt)
-        if size and ckpt.get("size") not in (None, size):
-            raise ValueError(f"{checkpoint} holds an mLiT-{str(ckpt.get('size')).upper()}, not {size.upper()}; "
+        claimed = checked_size(ckpt.get("size"), model.cfg)
+        if size and ckpt.get("size") is not None and claimed != size:
+            raise ValueError(f"{checkpoint} holds an mLiT-{claimed.upper()}, not {size.upper()}; "
                              "drop --size or pass the matching checkpoint")
-        info = model_record(model.cfg, ckpt.get("size"), ckpt["data"], str(checkpoint), sha, count_parameters(model))
+        info = model_record(model.cfg, claimed, ckpt["data"], str(checkpoint), sha, count_parameters(model))
         return model.eval(), info
     if not size:
         raise ValueError("give --checkpoint or --size")

@@ -84,6 +84,11 @@ def watch(model: str | Path, inbox: str | Path, results: str | Path, interval_s:
     with Classifier.load(model, max_pixels=max_pixels) as clf, open(results, "a", buffering=1) as log:
         while max_files is None or handled < max_files:
             for d in (inbox / "done", inbox / "failed"):
+                if (d.exists() or d.is_symlink()) and not d.is_dir():  # a file of that name: an image like any
+                    moved = _free_name(inbox, d.name)  # other, renamed so the folder can be made
+                    d.replace(moved)
+                    print(f"mlit-edge serve: {d.name} in the inbox is a file; renamed it to {moved.name}",
+                          file=sys.stderr)
                 d.mkdir(parents=True, exist_ok=True)
             now, ready = clock(), []
             files = _candidates(inbox)

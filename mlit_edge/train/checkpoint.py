@@ -138,6 +138,11 @@ def _structure_problem(ckpt: dict) -> str | None:
             return f"'{key}' is missing or not a dict"
     if not all(isinstance(v, torch.Tensor) for v in ckpt["model"].values()):
         return "'model' holds something other than tensors"
+    for name, t in ckpt["model"].items():  # named with repr: a key may hold escape codes
+        if not t.is_floating_point():
+            return f"tensor {str(name)!r} is {str(t.dtype).removeprefix('torch.')}, not floating point"
+        if not torch.isfinite(t).all():
+            return f"tensor {str(name)!r} holds NaN or infinity"
     data = ckpt["data"]
     if not isinstance(data.get("name"), str):
         return "data.name (the dataset) is missing"
