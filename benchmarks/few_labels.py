@@ -123,6 +123,9 @@ def main() -> None:
     args = ap.parse_args()
     labels = [int(x) for x in args.labels.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
+    if min(labels) * 10 < args.batch_size or min(labels) < 1:
+        raise SystemExit(f"--labels {args.labels}: every budget needs at least one whole batch of "
+                         f"{args.batch_size} (10 classes)")
     budgets = {L: epochs_for(L, 10, args.batch_size, args.steps) for L in labels}
     dtype = amp_dtype("auto", torch.device("cpu"))
     start = time.perf_counter()

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,12 +56,12 @@ class Stats:
         self.start = time.perf_counter()
         self.classified = 0
         self.latencies_ms: list[float] = []
-        self._recent: list[float] = []  # result times of the last classified frames, for the FPS
+        self._recent: deque[float] = deque(maxlen=30)  # result times of the last classified frames, for the FPS
 
     def add(self, latency_ms: float) -> None:
         self.classified += 1
         self.latencies_ms.append(latency_ms)
-        self._recent = [*self._recent[-29:], time.perf_counter()]
+        self._recent.append(time.perf_counter())
 
     @property
     def fps(self) -> float:

@@ -81,12 +81,6 @@ def parse_source(uri: str, width: int = 1280, height: int = 720, fps: int = 30) 
     return VideoSource(uri, "file", str(path), "any", False)
 
 
-def is_video_source(uri: str) -> bool:
-    """Whether `uri` names a video source rather than an image file (no file system access beyond a suffix)."""
-    return (uri.startswith(("csi://", "v4l2://", "gst://", "file://", *LIVE_SCHEMES)) or " ! " in uri
-            or re.fullmatch(r"/dev/video\d+", uri) is not None or Path(uri).suffix.lower() in VIDEO_SUFFIXES)
-
-
 def import_cv2():
     # FFmpeg's and OpenCV's own warnings would go to stderr around our one-line errors, and a damaged frame
     # is counted instead; set either variable to see them (e.g. OPENCV_FFMPEG_LOGLEVEL=24 for warnings)

@@ -94,8 +94,9 @@ def plot_reconstruction(model, data, path: str | Path, n: int = 8, seed: int = 0
     first_of: dict[int, int] = {}
     for i, c in enumerate(data.labels.tolist()):
         first_of.setdefault(c, i)
-    firsts = sorted(first_of.values())
-    picked = (firsts + [i for i in range(len(data)) if i not in first_of.values()][: n])[:n]
+    picked = sorted(first_of.values())[:n]
+    taken = set(picked)
+    picked += [i for i in range(min(len(data), 2 * n)) if i not in taken][: n - len(picked)]
     x = torch.from_numpy(data.inputs(picked))
     was_training = model.training
     model.eval()
