@@ -50,7 +50,7 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
     before = {**hashes(art.parent), "ckpt": sha(ckpt)}
     runner, failures = CliRunner(), []
     for case in cases:
-        r = runner.invoke(main, case.args)
+        r = runner.invoke(main, case.args, env=case.extra.get("env"))
         text = r.output + r.stderr
         problems = []
         if r.exit_code != case.exit_code:
@@ -59,6 +59,8 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
             problems.append(f"raised {type(r.exception).__name__}: {r.exception}")
         if "Traceback" in text:
             problems.append("printed a traceback")
+        if "\x1b" in text:
+            problems.append("printed a raw escape code")
         if case.error and case.error not in text:
             problems.append(f"no {case.error!r} in {text[-300:]!r}")
         if case.exit_code == 1 and len([line for line in r.stderr.splitlines() if line.startswith("Error:")]) != 1:
@@ -74,8 +76,8 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
             failures.append(f"{case.defect}: {case.name}: {'; '.join(problems)}")
     assert not failures, "\n".join(failures)
     assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
-    assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2"}
-    assert len(cases) >= 40
+    assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2", "round3"}
+    assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 77
 
 
 def test_bomb_in_a_list_of_files_leaves_the_good_ones_classified(good, tmp_path):

@@ -43,6 +43,26 @@ def checked_size(claimed: Any, cfg: "MLiTConfig") -> str:
     return size_label(key, cfg) if key in SIZES else "custom"
 
 
+def check_publishable(record: dict, cfg: "MLiTConfig | None", where: str) -> None:
+    """Refuse, before any work, a record whose sidecar the runtime would refuse once published: the
+    runtime's own schema, then (given the model's config) its input size and class count."""
+    from ..runtime.schema import SidecarError, check_record
+
+    hint = "the artifact would not load; fix the checkpoint's data fields or retrain"
+    try:
+        check_record({k: record.get(k) for k in ("classes", "preprocess")}, "", where=where, hint=hint)
+    except SidecarError as e:
+        raise ValueError(str(e)) from None
+    if cfg is None:
+        return
+    size, classes = record["preprocess"]["size"], record["classes"]
+    if size != cfg.img_size:
+        raise ValueError(f"{where}: its data says images are {size} px, but the model takes {cfg.img_size}; {hint}")
+    if len(classes) != cfg.num_classes:
+        raise ValueError(f"{where}: it names {len(classes)} classes, but the model outputs {cfg.num_classes} "
+                         f"logits; {hint}")
+
+
 def load_for_export(checkpoint: str | None, size: str | None, num_classes: int = 10,
                     random_weights: bool = False) -> tuple[MLiT, dict]:
     """The classifier to export and what its artifacts record about it.
@@ -66,6 +86,7 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
             raise ValueError(f"{checkpoint} holds an mLiT-{claimed.upper()}, not {size.upper()}; "
                              "drop --size or pass the matching checkpoint")
         info = model_record(model.cfg, claimed, ckpt["data"], str(checkpoint), sha, count_parameters(model))
+        check_publishable(info, model.cfg, f"refused {checkpoint}")
         return model.eval(), info
     if not size:
         raise ValueError("give --checkpoint or --size")
@@ -137,6 +158,7 @@ def _onnx_source(path: Path) -> Source:
         raise FileNotFoundError(f"--onnx {path} does not exist")
     try:
         record = user_fields(read_sidecar(path))
+        check_publishable(record, None, f"refused {path}")
         return Source(record, onnx=path, precision=record.get("precision", "fp32"), named=True)
     except FileNotFoundError:
         pass
@@ -148,4 +170,5 @@ def _onnx_source(path: Path) -> Source:
     info = json.loads(meta["mlit_edge"])
     record = {"classes": info.get("classes"), "preprocess": info.get("preprocess"), "model": info.get("model"),
               "precision": info.get("precision", "fp32")}
+    check_publishable(record, None, f"refused {path}")
     return Source(record, onnx=path, precision=record["precision"], named=True)

@@ -11,6 +11,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .budget import check_ceiling, implied_macs, implied_params
+
 SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
 GATE_INITS = ("default", "zero")
 NOISE_SCHEDULES = ("constant", "cosine")
@@ -129,6 +131,7 @@ class MLiTConfig:
             problems.append(f"noise_schedule={self.noise_schedule!r}: must be one of {NOISE_SCHEDULES}")
         if problems:
             raise ValueError("invalid MLiTConfig: " + "; ".join(problems))
+        check_ceiling("MLiTConfig", implied_params(self), implied_macs(self))
 
     @property
     def grid(self) -> int:
@@ -226,6 +229,14 @@ class MAEConfig:
             raise ValueError(f"invalid MAEConfig: top_k={self.encoder.top_k} exceeds dec_experts={self.dec_experts}")
         if self.encoder.num_classes != 0:
             raise ValueError("the MAE encoder has no head: build its MLiTConfig with num_classes=0")
+        decoder = self.encoder.replace(dim=self.dec_dim, depth=self.dec_depth, heads=self.dec_heads,
+                                       groups=self.dec_groups, hidden_first=self.dec_hidden,
+                                       hidden_last=self.dec_hidden, expert_stages=(self.dec_experts,),
+                                       pos_init="normal")  # checked against the ceiling on its own first
+        patch_pixels = self.encoder.patch_size ** 2 * self.encoder.in_chans
+        check_ceiling("MAEConfig", implied_params(self.encoder) + implied_params(decoder)
+                      + self.encoder.dim * self.dec_dim + self.dec_dim * patch_pixels,
+                      implied_macs(self.encoder) + implied_macs(decoder))
 
     def replace(self, **overrides) -> "MAEConfig":
         return dataclasses.replace(self, **overrides)

@@ -58,8 +58,9 @@ def load_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) ->
     `max_pixels` (None: no limit) is checked on the header's size before anything is decoded.
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
+    if not path.is_file():  # a FIFO or a device would block or never end: only regular files are read
+        raise InputError(f"{path}: " + ("not a regular file (a folder, FIFO or device)" if path.exists()
+                                        else "no such file"))
     Image = _pillow()
     from PIL import UnidentifiedImageError
 

@@ -16,7 +16,10 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-@lru_cache(maxsize=64)
+DENSE_MAX = 4096  # [ours] lengths up to this are resized by a cached dense matrix (<= 1.2 MB); longer by bands
+
+
+@lru_cache(maxsize=32)
 def resize_weights(n_in: int, n_out: int) -> np.ndarray:
     """(n_out, n_in) matrix of a 1-D antialiased bilinear resize; rows sum to 1.
 
@@ -29,6 +32,34 @@ def resize_weights(n_in: int, n_out: int) -> np.ndarray:
     dist = (np.arange(n_in)[None, :] + 0.5 - centres[:, None]) / support  # (n_out, n_in)
     w = np.clip(1.0 - np.abs(dist), 0.0, None)
     return w / w.sum(axis=1, keepdims=True)
+
+
+def resize_band(n_in: int, n_out: int, i: int) -> tuple[int, np.ndarray]:
+    """Row `i` of `resize_weights(n_in, n_out)` as its band of nonzero weights: (first input index,
+    weights). Built one output at a time, so a 1 x 10^6 image never holds a 36 x 10^6 matrix."""
+    scale = n_in / n_out
+    support = max(scale, 1.0)
+    centre = (i + 0.5) * scale
+    k = min(n_in, int(np.ceil(2 * support)) + 2)  # covers every j with |j + 0.5 - centre| < support
+    start = min(max(int(np.floor(centre - support - 0.5)), 0), n_in - k)
+    w = np.clip(1.0 - np.abs((np.arange(start, start + k) + 0.5 - centre) / support), 0.0, None)
+    return start, w / w.sum()
+
+
+def _resample(x: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """`x` (n, H, W, C), uint8 or float64, resized to `size` along `axis` (1 or 2) by the banded filter,
+    as float64 with 3 channels. Each band is converted on its own, so the working set is one band."""
+    shape = [*x.shape[:3], 3]
+    shape[axis] = size
+    out = np.empty(shape)
+    for i in range(size):
+        s, w = resize_band(x.shape[axis], size, i)
+        band = (x[:, s:s + len(w)] if axis == 1 else x[:, :, s:s + len(w)])[..., :3].astype(np.float64)
+        if band.shape[-1] == 1:
+            band = np.repeat(band, 3, axis=-1)
+        target = (slice(None), i) if axis == 1 else (slice(None), slice(None), i)
+        out[target] = np.tensordot(band, w, axes=([axis], [0]))
+    return out
 
 
 def _as_hwc(image: np.ndarray) -> np.ndarray:
@@ -48,23 +79,31 @@ RESIZE_BUDGET = 64 << 20  # [ours] bytes of float64 working memory one resize st
 
 def _resize_batch(batch: np.ndarray, size: int, budget: int) -> np.ndarray:
     """uint8 (N, H, W, C) -> uint8 (N, size, size, 3), in steps whose float64 working set stays near
-    `budget` bytes: whole images while they fit, else column slices of one image."""
+    `budget` bytes: whole images while they fit, else column slices of one image. An image wider than
+    `DENSE_MAX` and than it is tall (1 x 10^6 px) is resized transposed, its long side first, so that its
+    rows resized never take 36 x W."""
     N, H, W, C = batch.shape
-    rows, cols = resize_weights(H, size), resize_weights(W, size)  # (S, H), (S, W)
+    if W > max(H, DENSE_MAX):
+        return _resize_batch(batch.transpose(0, 2, 1, 3), size, budget).transpose(0, 2, 1, 3)
+    rows = resize_weights(H, size) if H <= DENSE_MAX else None  # (S, H)
+    cols = resize_weights(W, size) if W <= DENSE_MAX else None  # (S, W)
     out = np.empty((N, size, size, 3), np.uint8)
     step = max(1, budget // (max(H, size) * max(W, size) * 3 * 8))
     for i in range(0, N, step):
         block = batch[i:i + step]
         n = len(block)
         first = np.empty((n, size, W, 3))  # each image's rows resized: (n, S, W, 3)
-        width = max(1, budget // (n * H * 3 * 8))
+        width = max(1, budget // (n * H * 3 * 8)) if rows is not None else W  # bands bound themselves
         for c in range(0, W, width):
+            if rows is None:
+                first[:] = _resample(block, 1, size)
+                continue
             part = block[:, :, c:c + width, :3].astype(np.float64)  # (n, H, w, C<=3)
             if C == 1:
                 part = np.repeat(part, 3, axis=-1)
             w = part.shape[2]
             first[:, :, c:c + w] = (rows @ part.reshape(n, H, w * 3)).reshape(n, size, w, 3)
-        x = np.matmul(cols, first)  # (n, S, S, 3): the rows of each image act as the batch
+        x = _resample(first, 2, size) if cols is None else np.matmul(cols, first)  # (n, S, S, 3)
         out[i:i + n] = np.clip(np.rint(x), 0, 255)
     return out
 

@@ -25,13 +25,14 @@ def _numbers(value, n: int) -> bool:
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value))
 
 
-def check_record(record: dict, path: str | Path) -> None:
+def check_record(record: dict, path: str | Path, where: str | None = None,
+                 hint: str = "rebuild the artifact with mlit-edge") -> None:
     """Types and ranges of the fields the runtime uses (those present; `classifier_fields` says which
-    a classifier needs)."""
-    where = f"{Path(path).name}.json"
+    a classifier needs). `where` and `hint` word the error for a record not yet published."""
+    where = where or f"{Path(path).name}.json"
 
     def bad(field: str, value, want: str) -> SidecarError:
-        return SidecarError(f"{where}: {field} is {value!r}, expected {want}; rebuild the artifact with mlit-edge")
+        return SidecarError(f"{where}: {field} is {value!r}, expected {want}; {hint}")
 
     if "classes" in record:
         classes = record["classes"]

@@ -103,6 +103,9 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     if content is None:
         path, content = read_bytes(path)
     path = Path(path)
+    bomb = _declared_size_problem(content)
+    if bomb:
+        raise CheckpointError(f"refused {path}: {bomb}")
     try:
         ckpt = torch.load(io.BytesIO(content), map_location=map_location, weights_only=True)
     except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
@@ -125,6 +128,25 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
         msg = str(e.args[0] if isinstance(e, KeyError) else e)
         raise CheckpointError(f"refused {path}: its config is invalid ({msg})") from None
     return ckpt
+
+
+def _declared_size_problem(content: bytes) -> str | None:
+    """Why a zip checkpoint's declared sizes are not to be trusted, read from its central directory before
+    any record is inflated (None when they are). torch.save stores every record uncompressed, so a file that
+    declares more than it holds was made by something else: a zip bomb, for one."""
+    import zipfile
+
+    if not content.startswith(b"PK"):
+        return None  # not a zip: torch.load's own reader refuses it
+    try:
+        records = zipfile.ZipFile(io.BytesIO(content)).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        return f"not a readable zip archive ({first_line(e, 120)})"
+    declared = sum(r.file_size for r in records)
+    if declared > len(content) + (1 << 20) or any(r.compress_type != zipfile.ZIP_STORED for r in records):
+        return (f"its records declare {declared / 2**20:.1f} MiB in a {len(content) / 2**20:.1f} MiB file, "
+                "compressed; mlit-edge checkpoints store their records uncompressed (a zip bomb?)")
+    return None
 
 
 def _structure_problem(ckpt: dict) -> str | None:
@@ -153,6 +175,8 @@ def _structure_problem(ckpt: dict) -> str | None:
         if not (isinstance(v, list) and len(v) == 3 and all(isinstance(x, (int, float)) and math.isfinite(x)
                                                              for x in v)):
             return f"data.{key} is {v!r}, not 3 numbers"
+        if key == "std" and min(v) <= 0:
+            return f"data.std is {v!r}: a deviation of 0 or less would divide the pixels by it"
     return None
 
 
@@ -170,8 +194,9 @@ def read_bytes(path: str | Path) -> tuple[Path, bytes]:
     if is_pretrained(path):
         return read_pretrained(path)
     file = Path(path)
-    if not file.is_file():
-        raise CheckpointError(f"checkpoint {file} does not exist")
+    if not file.is_file():  # a FIFO or a device would block the read or never end
+        raise CheckpointError(f"checkpoint {file} " + ("is not a regular file (a folder, FIFO or device)"
+                                                        if file.exists() else "does not exist"))
     return file, file.read_bytes()
 
 

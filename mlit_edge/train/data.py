@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import DistributedSampler
 
 from ..runtime.preprocess import IMAGENET_MEAN, IMAGENET_STD, normalize, resize_images
+from .image_folder import read_images, scan
 
 IMG_SIZE = 36
 PAD = 4  # random-crop padding, [ours] as the usual CIFAR recipe scaled to 36 px
@@ -133,20 +134,6 @@ def _torchvision():
     return tvd
 
 
-def _read_files(paths: list) -> np.ndarray:
-    """Decode image files with PIL and resize each to 36x36."""
-    from PIL import Image, UnidentifiedImageError
-
-    out = []
-    for p in paths:
-        try:
-            with Image.open(p) as im:
-                out.append(np.asarray(im.convert("RGB")))
-        except (UnidentifiedImageError, OSError) as e:
-            raise ValueError(f"cannot read image {p}: {e}") from None
-    return resize_images(out, IMG_SIZE) if out else np.zeros((0, IMG_SIZE, IMG_SIZE, 3), np.uint8)
-
-
 def load_torchvision(name: str, root: str | Path, split: str, download: bool = False) -> ImageSet:
     """CIFAR-10/100, SVHN or Flowers102 from their torchvision on-disk formats under `root`."""
     tvd = _torchvision()
@@ -162,7 +149,7 @@ def load_torchvision(name: str, root: str | Path, split: str, download: bool = F
         if name == "flowers102":
             ds = tvd.Flowers102(str(root), split=split, download=download)
             classes = getattr(ds, "classes", None) or [str(i) for i in range(102)]
-            return _make(name, name, _read_files(ds._image_files), ds._labels, classes)
+            return _make(name, name, read_images(ds._image_files, IMG_SIZE), ds._labels, classes)
     except RuntimeError as e:  # torchvision's "Dataset not found or corrupted"
         hint = "" if download else " (add --download to fetch it)"
         raise FileNotFoundError(f"{name} not found under {root}: {e}{hint}") from None
@@ -171,28 +158,26 @@ def load_torchvision(name: str, root: str | Path, split: str, download: bool = F
 
 def load_image_folder(path: str | Path, split: str, seed: int = 0) -> ImageSet:
     """An ImageFolder (one sub-folder per class). PATH/train and PATH/val|test are used when present;
-    otherwise a fixed, stratified 90/10 split of PATH."""
-    tvd = _torchvision()
+    otherwise a fixed, stratified 90/10 split of PATH (a class of one image goes to training)."""
     path = Path(path)
-    sub = {"train": ["train"], "test": ["test", "val"]}[split]
-    for name in sub:
+    for name in {"train": ["train"], "test": ["test", "val"]}[split]:
         if (path / name).is_dir() and (path / "train").is_dir():
-            ds = tvd.ImageFolder(str(path / name))
-            files, labels = [s[0] for s in ds.samples], [s[1] for s in ds.samples]
-            return _make(f"imagefolder:{path}", "imagefolder", _read_files(files), labels, ds.classes)
-    try:
-        ds = tvd.ImageFolder(str(path))
-    except (FileNotFoundError, RuntimeError) as e:
-        raise FileNotFoundError(f"{path} is not an ImageFolder (one sub-folder of images per class): {e}") from None
-    labels = np.array([s[1] for s in ds.samples])
+            classes, samples = scan(path / name)
+            return _make(f"imagefolder:{path}", "imagefolder", read_images([s[0] for s in samples], IMG_SIZE),
+                         [s[1] for s in samples], classes)
+    classes, samples = scan(path)
+    labels = np.array([s[1] for s in samples])
     rng, keep = np.random.default_rng(seed), []
-    for c in range(len(ds.classes)):
+    for c in range(len(classes)):
         idx = rng.permutation(np.flatnonzero(labels == c))
         n_test = max(1, len(idx) // 10) if len(idx) > 1 else 0
         keep.append(idx[n_test:] if split == "train" else idx[:n_test])
     idx = np.sort(np.concatenate(keep))
-    files = [ds.samples[i][0] for i in idx]
-    return _make(f"imagefolder:{path}", "imagefolder", _read_files(files), labels[idx], ds.classes)
+    if not len(idx):
+        raise ValueError(f"{path} has no test images: every class holds a single image, which training keeps. "
+                         "Add images, or give the test split as PATH/train and PATH/test")
+    files = [samples[i][0] for i in idx]
+    return _make(f"imagefolder:{path}", "imagefolder", read_images(files, IMG_SIZE), labels[idx], classes)
 
 
 def load_dataset(name: str, split: str = "train", root: str | Path = "data", download: bool = False) -> ImageSet:

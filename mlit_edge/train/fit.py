@@ -24,7 +24,7 @@ from .distributed import Dist, barrier, gather_objects, init_distributed, shutdo
 from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at, param_groups, scaled_lr,
                    train_one_epoch)
 from .plots import plot_curves, plot_experts, plot_reconstruction
-from .run_folder import check_resume, check_writable, rewrite_log
+from .run_folder import check_resume, check_writable, clean_start, rewrite_log
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +166,6 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     train_set, subset = load_dataset(run.data, "train", run.data_root, run.download and d.main), None
     if run.labels_per_class is not None:  # few-label training: a class-balanced subset, drawn by the seed
         train_set, subset = label_subset(train_set, run.labels_per_class, run.subset_seed)
-    if d.main:  # after the data is known to suit the run, so that a refused start leaves no folder
-        check_writable(out)
     test_set = load_dataset(run.data, "test", run.data_root) if run.task != "pretrain" and d.main else None
     shown = _reconstruction_images(run) if run.task == "pretrain" and d.main else None
     model, kind, cfg, size = build_model(run, train_set)
@@ -177,6 +175,10 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
                     resident=run.resident)
     if len(loader) == 0:
         raise ValueError(f"--batch-size {run.batch_size} is larger than the {len(train_set)} training images")
+    if d.main:  # after the data and the model are known to suit the run, so that a refused start leaves no folder
+        check_writable(out)
+        for line in clean_start(out, log_path, run.resume):
+            logger.info(f"note: {line}")
     base_lr = run.lr if run.lr is not None else scaled_lr(run.batch_size)
     total = run.epochs * len(loader)
     warmup = int(run.warmup_frac * total)
@@ -188,7 +190,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     start_epoch, rows = 0, []
     if run.resume:
         state = ck.load_checkpoint(ckpt_path, map_location=device)
-        check_resume(state, kind, cfg, size, train_set, ckpt_path, subset)
+        check_resume(state, kind, cfg, size, train_set, ckpt_path, subset, run.epochs)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

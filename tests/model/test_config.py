@@ -92,3 +92,28 @@ def test_size_label_marks_a_changed_model_as_custom():
     assert size_label("xxs-custom", get_config("xxs", num_classes=10, top_k=1)) == "xxs-custom"
     assert size_label("xxs-custom", get_config("xxs", num_classes=10)) == "xxs"  # fine-tuned back to the size
     assert size_label("mine", get_config("s")) == "mine"  # not a registered size: left as it is
+
+
+def test_a_config_is_bounded_by_what_it_implies_before_anything_is_built(monkeypatch):
+    """`implied_params` is the built model's count, from arithmetic alone; configs past the ceiling (10^5
+    layers, 10^6 experts) are refused in one line, and the environment raises the ceiling."""
+    import time
+
+    from mlit_edge.model.budget import implied_params
+    from mlit_edge.model.config import MAEConfig, SIZES, get_config
+    from mlit_edge.model.mae import MMLiT
+    from mlit_edge.model.mlit import MLiT, count_parameters
+
+    for cfg in [*SIZES.values(), SIZES["xs"].replace(num_classes=10, shared=("w",), attn_bias=True, noisy_gating=False)]:
+        assert implied_params(cfg) == count_parameters(MLiT(cfg))
+    start = time.monotonic()
+    for overrides in ({"depth": 99999}, {"expert_stages": (10**6,)}, {"dim": 6 * 10**29}):
+        with pytest.raises(ValueError, match="over the ceiling"):
+            get_config("xxs", **overrides)
+    assert time.monotonic() - start < 30  # arithmetic, not allocation
+    with pytest.raises(ValueError, match="over the ceiling"):
+        MAEConfig(dec_depth=10**6)
+    assert count_parameters(MMLiT(MAEConfig())) > 0
+    monkeypatch.setenv("MLIT_EDGE_MAX_PARAMS", "1000")
+    with pytest.raises(ValueError, match="MLIT_EDGE_MAX_PARAMS"):
+        get_config("xxs", num_classes=10)

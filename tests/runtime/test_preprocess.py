@@ -61,3 +61,33 @@ def test_first_line_of_any_exception():
     assert first_line(KeyError("missing key")) == "missing key"  # not "'missing key'"
     assert first_line(ValueError("x" * 500), 20) == "x" * 20
     assert typed_line(MemoryError()) == "MemoryError" and typed_line(OSError("disk full")) == "OSError: disk full"
+
+
+def test_the_banded_filter_is_the_dense_one_and_memory_follows_the_pixels():
+    """Long sides are resized by bands built one output at a time: the same weights as the dense matrix,
+    and a 1 x 1,000,000 image costs a few MB, not a 36 x 10^6 float64 matrix (288 MB)."""
+    import tracemalloc
+
+    from mlit_edge.runtime import preprocess as P
+
+    for n_in in (1, 7, 37, 5000, 12345):
+        dense = np.zeros((36, n_in))
+        for i in range(36):
+            start, w = P.resize_band(n_in, 36, i)
+            dense[i, start:start + len(w)] = w
+        np.testing.assert_allclose(dense, P.resize_weights(n_in, 36), atol=1e-15)
+    wide = np.random.default_rng(0).integers(0, 256, (3, 9000), dtype=np.uint8)
+    banded = resize_images([wide])
+    P.resize_weights.cache_clear()
+    try:
+        P.DENSE_MAX, saved = 10**9, P.DENSE_MAX
+        assert np.abs(resize_images([wide]).astype(int) - banded).max() <= 1
+    finally:
+        P.DENSE_MAX = saved
+    for shape in ((1, 1_000_000), (1_000_000, 1)):
+        image = np.full(shape, 7, np.uint8)
+        tracemalloc.start()
+        out = resize_images([image])
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert (out == 7).all() and peak < 40 << 20, peak

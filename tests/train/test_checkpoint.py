@@ -81,3 +81,42 @@ def test_mae_checkpoint_rebuilds(tmp_path, tiny_cfg):
     cfg = MAEConfig(encoder=tiny_cfg.replace(num_classes=0), dec_dim=16, dec_heads=4, dec_groups=2, dec_hidden=8)
     save_atomic(make_checkpoint("mmlit", MMLiT(cfg), cfg, None, META), tmp_path / "m.pt")
     assert isinstance(model_from_checkpoint(load_checkpoint(tmp_path / "m.pt", kind="mmlit")), MMLiT)
+
+
+def test_a_fresh_start_cleans_stale_temporaries_and_keeps_the_old_log_aside(tmp_path):
+    """What a killed run leaves: hidden temporaries (removed on start), an earlier metrics.jsonl (a fresh
+    run keeps it as metrics.N.jsonl rather than appending), a torn last line (skipped on resume)."""
+    import json
+
+    from mlit_edge.train.run_folder import clean_start, rewrite_log
+
+    log = tmp_path / "metrics.jsonl"
+    for name in (".checkpoint.pt.abc123.tmp", ".loss.png.x.tmp", ".write-test-1", "metrics.jsonl.tmp"):
+        (tmp_path / name).write_bytes(b"partial")
+    log.write_text(json.dumps({"epoch": 0}) + "\n")
+    (tmp_path / "metrics.1.jsonl").write_text("older\n")
+    done = clean_start(tmp_path, log, resume=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.1.jsonl", "metrics.2.jsonl"]
+    assert len(done) == 5 and (tmp_path / "metrics.2.jsonl").read_text() == '{"epoch": 0}\n'
+    log.write_text("".join(json.dumps({"epoch": e}) + "\n" for e in range(3)) + '{"epoch": 3, "tra')
+    assert clean_start(tmp_path, log, resume=True) == [] and log.exists()
+    assert [r["epoch"] for r in rewrite_log(log, keep_below_epoch=3)] == [0, 1, 2]
+    assert log.read_text().splitlines()[-1] == '{"epoch": 2}'
+
+
+def test_a_zip_bomb_checkpoint_is_refused_from_its_declared_sizes(tmp_path, trained_checkpoint):
+    import tracemalloc
+    import zipfile
+
+    from mlit_edge.train.checkpoint import CheckpointError, load_checkpoint
+
+    _, good = trained_checkpoint
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for r in src.infolist():
+            dst.writestr(r.filename, b"\0" * (200 << 20) if r.filename.endswith("data/0") else src.read(r.filename))
+    tracemalloc.start()
+    with pytest.raises(CheckpointError, match="declare 2.*MiB in a 0.* MiB file, compressed"):
+        load_checkpoint(bomb)
+    assert tracemalloc.get_traced_memory()[1] < 20 << 20
+    tracemalloc.stop()

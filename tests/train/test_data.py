@@ -186,3 +186,47 @@ def test_label_subset_of_an_image_folder(tmp_path):
     assert np.bincount(picked.labels.numpy()).tolist() == [5, 5] and record["images"] == 10
     with pytest.raises(ValueError, match="has only 5 training images"):
         label_subset(train, 6)
+
+
+def test_image_folder_reads_pixels_as_the_runtime_and_walks_links_safely(tmp_path):
+    """One decoder for training and the runtime: a 16-bit PNG gives the pixels `predict` sees (not
+    saturated 255s). Links: a dangling one is skipped, a folder linked twice is read once, a loop refused."""
+    import os
+
+    from PIL import Image
+
+    from mlit_edge.runtime.images import load_image
+    from mlit_edge.runtime.preprocess import resize_images
+    from mlit_edge.train.image_folder import read_images, scan
+
+    root = tmp_path / "set"
+    for c in ("a", "b"):
+        (root / c / "sub").mkdir(parents=True)
+    values = np.arange(28 * 28, dtype=np.uint16).reshape(28, 28) * 80
+    Image.fromarray(values).save(root / "a" / "deep16.png")
+    Image.fromarray(np.full((28, 28), 9, np.uint8)).save(root / "b" / "sub" / "x.png")
+    (root / "a" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    (root / "b" / "again").symlink_to(root / "b" / "sub", target_is_directory=True)
+    classes, samples = scan(root)
+    assert classes == ["a", "b"] and [(p.name, c) for p, c in samples] == [("deep16.png", 0), ("x.png", 1)]
+    pixels = read_images([samples[0][0]], 36)
+    assert np.array_equal(pixels[0], resize_images([load_image(samples[0][0])], 36)[0])
+    assert 0 < pixels.mean() < 250  # scaled by 255/65535, as the runtime does
+    os.symlink(root, root / "b" / "sub" / "up", target_is_directory=True)
+    with pytest.raises(ValueError, match="symbolic link loop"):
+        scan(root)
+
+
+def test_image_folder_reads_a_million_pixel_wide_image_in_bounded_memory(tmp_path):
+    import tracemalloc
+
+    from PIL import Image
+
+    from mlit_edge.train.image_folder import read_images
+
+    Image.fromarray(np.full((1, 1_000_000), 200, np.uint8)).save(tmp_path / "wide.png")
+    tracemalloc.start()
+    out = read_images([tmp_path / "wide.png"], 36)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert (out == 200).all() and peak < 60 << 20, peak

@@ -147,7 +147,8 @@ def test_a_checkpoint_written_before_a_config_field_existed_still_resumes(tiny_c
     old = ck.config_to_dict(tiny_cfg)
     del old["pos_init"]
     data = SimpleNamespace(name="mnist5k")
-    check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit", tiny_cfg, "xxs", data,
+    state = {"optimizer": {}, "scheduler": {}, "rng": [], "epoch": 1}
+    check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}, **state}, "mlit", tiny_cfg, "xxs", data,
                   tmp_path / "checkpoint.pt")
     with pytest.raises(ck.CheckpointError, match="holds a"):
         check_resume({"kind": "mlit", "config": old, "data": {"name": "mnist5k"}}, "mlit",
