@@ -10,10 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.sidecar import atomic_path, publish, read_sidecar, sha256_file, temporary_beside, user_fields
 from ..runtime.trt_env import DeviceEnv
+
+if TYPE_CHECKING:
+    import tensorrt as trt
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -25,19 +30,17 @@ class BuildOptions:
     dla_core: int | None = None
 
 
-def _strongly_typed_network(trt, builder):
+def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptions = BuildOptions()) -> dict:
+    """Parse and build with `module` (tensorrt or tensorrt_rtx); {"ok": True, "engine": bytes, layers,
+    build_s, io, ...} or {"ok": False, "stage", "errors"} with the parser's errors verbatim."""
+    if not TYPE_CHECKING:  # type-checked against TensorRT's API (tensorrt-stubs, tools/typecheck_trt.py)
+        trt = module
+    logger = trt.Logger(trt.Logger.ERROR)
+    builder = trt.Builder(logger)
     flags = 0
     if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
         flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    return builder.create_network(flags)
-
-
-def build_serialized(onnx_path: str | Path, trt, opts: BuildOptions = BuildOptions()) -> dict:
-    """Parse and build; {"ok": True, "engine": bytes, layers, build_s, io, ...} or {"ok": False,
-    "stage", "errors"} with the parser's errors verbatim."""
-    logger = trt.Logger(trt.Logger.ERROR)
-    builder = trt.Builder(logger)
-    network = _strongly_typed_network(trt, builder)
+    network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     base = {"module": trt.__name__, "version": trt.__version__}
     start = time.perf_counter()
@@ -46,23 +49,23 @@ def build_serialized(onnx_path: str | Path, trt, opts: BuildOptions = BuildOptio
                 "errors": [str(parser.get_error(i)) for i in range(parser.num_errors)]}
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(opts.workspace_gib * (1 << 30)))
-    flags: dict = {"strongly_typed": True, "workspace_gib": opts.workspace_gib}
+    settings: dict = {"strongly_typed": True, "workspace_gib": opts.workspace_gib}
     inp = network.get_input(0)
-    rest = tuple(inp.shape)[1:]
+    rest = list(inp.shape[1:])  # Dims slices to a tuple
     if inp.shape[0] == -1:
         lo, opt, hi = opts.profile
         profile = builder.create_optimization_profile()
-        profile.set_shape(inp.name, (lo, *rest), (opt, *rest), (hi, *rest))
+        profile.set_shape(inp.name, trt.Dims([lo, *rest]), trt.Dims([opt, *rest]), trt.Dims([hi, *rest]))
         config.add_optimization_profile(profile)
-        flags["profile"] = {"input": inp.name, "min": lo, "opt": opt, "max": hi}
+        settings["profile"] = {"input": inp.name, "min": lo, "opt": opt, "max": hi}
     else:
-        flags["profile"] = {"input": inp.name, "static": int(inp.shape[0])}
-    cache = None
-    if opts.timing_cache:
-        blob = Path(opts.timing_cache).read_bytes() if Path(opts.timing_cache).is_file() else b""
+        settings["profile"] = {"input": inp.name, "static": int(inp.shape[0])}
+    cache, cache_path = None, Path(opts.timing_cache) if opts.timing_cache else None
+    if cache_path is not None:
+        blob = cache_path.read_bytes() if cache_path.is_file() else b""
         cache = config.create_timing_cache(blob)
         config.set_timing_cache(cache, ignore_mismatch=False)
-        flags["timing_cache"] = {"path": str(opts.timing_cache), "read_bytes": len(blob)}
+        settings["timing_cache"] = {"path": str(cache_path), "read_bytes": len(blob)}
     if opts.dla_core is not None:
         cores = getattr(builder, "num_DLA_cores", 0)
         if opts.dla_core >= cores:
@@ -71,24 +74,24 @@ def build_serialized(onnx_path: str | Path, trt, opts: BuildOptions = BuildOptio
         config.default_device_type = trt.DeviceType.DLA
         config.DLA_core = opts.dla_core
         config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-        flags.update(dla_core=opts.dla_core, gpu_fallback=True)
+        settings.update(dla_core=opts.dla_core, gpu_fallback=True)
     engine = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
     if engine is None:
         return {**base, "ok": False, "stage": "build",
                 "errors": ["build_serialized_network returned no engine (see the TensorRT log above)"]}
-    if cache is not None:
-        with atomic_path(opts.timing_cache) as tmp:
+    if cache is not None and cache_path is not None:
+        with atomic_path(cache_path) as tmp:
             tmp.write_bytes(bytes(config.get_timing_cache().serialize()))
-        flags["timing_cache"]["written_bytes"] = Path(opts.timing_cache).stat().st_size
+        settings["timing_cache"]["written_bytes"] = cache_path.stat().st_size
     io = {"inputs": [_tensor(network.get_input(i)) for i in range(network.num_inputs)],
           "outputs": [_tensor(network.get_output(i)) for i in range(network.num_outputs)]}
     return {**base, "ok": True, "engine": bytes(engine), "layers": network.num_layers, "build_s": round(seconds, 2),
-            "flags": flags, "io": io}
+            "flags": settings, "io": io}
 
 
-def _tensor(t) -> dict:
-    return {"name": t.name, "dtype": str(t.dtype).rsplit(".", 1)[-1].lower(), "shape": list(t.shape)}
+def _tensor(t: trt.ITensor) -> dict:
+    return {"name": t.name, "dtype": str(t.dtype).rsplit(".", 1)[-1].lower(), "shape": list(t.shape[:])}
 
 
 def write_plan(engine: bytes, out: str | Path, record: dict) -> dict:

@@ -15,7 +15,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .sidecar import read_sidecar
+
+if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
+    import tensorrt as trt
 
 MODULES = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}  # build target -> Python module
 
@@ -24,19 +29,28 @@ class EngineError(RuntimeError):
     """A plan that must not be deserialized here (tampered, another TensorRT, another GPU)."""
 
 
+def _import(name: str):
+    """The module `name`, when it is TensorRT itself: type stubs alone (`pip install tensorrt-stubs` puts a
+    bare `tensorrt/__init__.pyi` in site-packages) import as an empty namespace package, not an API."""
+    module = __import__(name)
+    if not hasattr(module, "Builder"):
+        raise ImportError(f"{name} is only a namespace package here (type stubs?), not TensorRT")
+    return module
+
+
 def import_trt(target: str | None = None):
     """The TensorRT module of `target` ("tensorrt" or "tensorrt-rtx"), or a one-line error naming what
     to install. Without a target: `tensorrt` where installed, else `tensorrt_rtx`, else None."""
     if target is None:
         for name in MODULES.values():
             try:
-                return __import__(name)
+                return _import(name)
             except ImportError:
                 continue
         return None
     name = MODULES[target]
     try:
-        return __import__(name)
+        return _import(name)
     except ImportError:
         hint = ("TensorRT comes with JetPack on Jetson, or `pip install tensorrt` with CUDA on x86; "
                 "--target onnxruntime or --target tensorrt-rtx work on this machine") if target == "tensorrt" \
@@ -159,21 +173,26 @@ def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes |
     return record
 
 
-def deserialize(content: bytes, record: dict, plan: str | Path):
+def deserialize(content: bytes, record: dict, plan: str | Path) -> trt.ICudaEngine:
     """TensorRT's engine from plan bytes that `verify_plan` passed."""
-    trt = import_trt(record.get("target", "tensorrt"))
-    engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(content)
+    if TYPE_CHECKING:
+        import tensorrt as api
+    else:  # at run time, the module the plan was built with (tensorrt or tensorrt_rtx)
+        api = import_trt(record.get("target", "tensorrt"))
+    engine = api.Runtime(api.Logger(api.Logger.ERROR)).deserialize_cuda_engine(content)
     if engine is None:
         raise EngineError(f"TensorRT could not deserialize {plan}; {rebuild_hint(record)}")
     return engine
 
 
-def load_engine(plan: str | Path, env: DeviceEnv | None = None):
+def load_engine(plan: str | Path, env: DeviceEnv | None = None) -> tuple[trt.ICudaEngine, dict]:
     """Read the plan once, verify those bytes (sha256, TensorRT version, GPU), then deserialize them.
 
     Returns (engine, sidecar record).
     """
     plan = Path(plan)
-    content = plan.read_bytes() if plan.is_file() else None
+    if not plan.is_file():
+        raise FileNotFoundError(f"{plan} does not exist")
+    content = plan.read_bytes()
     record = verify_plan(plan, env, content)
     return deserialize(content, record, plan), record

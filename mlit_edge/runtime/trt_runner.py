@@ -7,12 +7,15 @@ GPU, so it stays thin: everything it can share (verification, sidecars, batching
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from .runners import Runner
 from .trt_env import deserialize, import_trt, load_engine
+
+if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
+    import tensorrt as trt
 
 
 def _ck(result):
@@ -45,37 +48,49 @@ class TensorRTRunner(Runner):
     def __init__(self, plan: str | Path, cuda_graph: bool = False, verified: tuple[bytes, dict] | None = None) -> None:
         super().__init__()
         self.plan, self.cuda_graph, self._verified = Path(plan), cuda_graph, verified
-        self.engine = self.context = self.stream = None
+        self.engine: trt.ICudaEngine | None = None
+        self.context: trt.IExecutionContext | None = None
+        self.stream: Any = None  # cuda-python's cudaStream_t
         self.record: dict = verified[1] if verified else {}
         self._bufs: dict = {}
-        self._batch = None
-        self._graph = None
+        self._dtypes: dict[str, np.dtype] = {}
+        self._batch: int | None = None
+        self._graph: Any = None
+
+    def _live(self) -> tuple[trt.ICudaEngine, trt.IExecutionContext]:
+        if self.engine is None or self.context is None:
+            raise RuntimeError(f"{self.plan.name}: the TensorRT runner is not open")
+        return self.engine, self.context
 
     def activate_impl(self) -> None:
         if self._verified is not None:
             content, self.record = self._verified
-            self.engine = deserialize(content, self.record, self.plan)
+            engine = deserialize(content, self.record, self.plan)
             self._verified = None  # TensorRT holds the engine now; drop our copy of the bytes
         else:
-            self.engine, self.record = load_engine(self.plan)
-        self.trt = import_trt(self.record.get("target", "tensorrt"))
+            engine, self.record = load_engine(self.plan)
+        if TYPE_CHECKING:
+            import tensorrt as api
+        else:  # at run time, the module the plan was built with (tensorrt or tensorrt_rtx)
+            api = import_trt(self.record.get("target", "tensorrt"))
         self.cudart = cudart = _cudart()
-        self.context = self.engine.create_execution_context()
+        self.engine, self.context = engine, engine.create_execution_context()
         self.stream = _ck(cudart.cudaStreamCreate())
         self._events = (_ck(cudart.cudaEventCreate()), _ck(cudart.cudaEventCreate()))
-        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
-        mode = self.trt.TensorIOMode.INPUT
-        self.input_names = [n for n in names if self.engine.get_tensor_mode(n) == mode]
-        self.output_names = [n for n in names if self.engine.get_tensor_mode(n) != mode]
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        mode = api.TensorIOMode.INPUT
+        self.input_names = [n for n in names if engine.get_tensor_mode(n) == mode]
+        self.output_names = [n for n in names if engine.get_tensor_mode(n) != mode]
         self.route_names = [n for n in self.output_names if n != "logits"]
-        self.output_shapes = {n: tuple(None if d < 0 else int(d) for d in self.engine.get_tensor_shape(n))
+        self._dtypes = {n: np.dtype(api.nptype(engine.get_tensor_dtype(n))) for n in names}
+        self.output_shapes = {n: tuple(None if d < 0 else int(d) for d in engine.get_tensor_shape(n)[:])
                               for n in self.output_names}
-        shape = tuple(self.engine.get_tensor_shape(self.input_names[0]))
+        shape = engine.get_tensor_shape(self.input_names[0])[:]
         self.input_shape = tuple(None if d < 0 else int(d) for d in shape)
         self.static_batch = self.input_shape[0]
         # activation memory the engine asks for (weights are in the plan size); TensorRT 10 renamed it
-        size = self.engine.device_memory_size_v2 if hasattr(self.engine, "device_memory_size_v2") \
-            else self.engine.device_memory_size
+        size = engine.device_memory_size_v2 if hasattr(engine, "device_memory_size_v2") \
+            else engine.device_memory_size
         self.device_memory_bytes = int(size)
         self.settings = {"cuda_graph": self.cuda_graph}
 
@@ -92,29 +107,30 @@ class TensorRTRunner(Runner):
     def _bind(self, batch: int) -> None:
         import ctypes
 
-        cudart, trt = self.cudart, self.trt
+        cudart = self.cudart
+        engine, context = self._live()
         self._free()
         for name in self.input_names:
-            shape = list(self.engine.get_tensor_shape(name))
-            shape[0] = batch
-            if not self.context.set_input_shape(name, shape):
+            wanted = list(engine.get_tensor_shape(name)[:])
+            wanted[0] = batch
+            if not context.set_input_shape(name, wanted):
                 raise ValueError(f"batch {batch} is outside the engine's optimisation profile "
                                  f"{self.record.get('engine', {}).get('flags', {}).get('profile')}")
         for name in self.input_names + self.output_names:
-            shape = tuple(self.context.get_tensor_shape(name))
-            dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
+            shape = context.get_tensor_shape(name)[:]
+            dtype = self._dtypes[name]
             nbytes = int(np.prod(shape)) * dtype.itemsize
             dptr = _ck(cudart.cudaMalloc(nbytes))
             hptr = _ck(cudart.cudaMallocHost(nbytes))  # pinned: async copies without a staging copy
-            host = np.frombuffer((ctypes.c_byte * nbytes).from_address(hptr), dtype=dtype).reshape(shape)
-            self.context.set_tensor_address(name, dptr)
+            host = np.frombuffer(memoryview((ctypes.c_byte * nbytes).from_address(hptr)), dtype=dtype).reshape(shape)
+            context.set_tensor_address(name, dptr)
             self._bufs[name] = (dptr, hptr, host)
         self._batch = batch
         if self.cuda_graph:
-            self.context.execute_async_v3(self.stream)  # one plain run first: TensorRT may allocate lazily
+            context.execute_async_v3(int(self.stream))  # one plain run first: TensorRT may allocate lazily
             _ck(cudart.cudaStreamSynchronize(self.stream))
             _ck(cudart.cudaStreamBeginCapture(self.stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
-            self.context.execute_async_v3(self.stream)
+            context.execute_async_v3(int(self.stream))
             graph = _ck(cudart.cudaStreamEndCapture(self.stream))
             self._graph = _ck(cudart.cudaGraphInstantiate(graph, 0))
             _ck(cudart.cudaGraphDestroy(graph))
@@ -133,7 +149,7 @@ class TensorRTRunner(Runner):
         _ck(cudart.cudaEventRecord(start, self.stream))
         if self._graph is not None:
             _ck(cudart.cudaGraphLaunch(self._graph, self.stream))
-        elif not self.context.execute_async_v3(self.stream):
+        elif not self._live()[1].execute_async_v3(int(self.stream)):
             raise RuntimeError("TensorRT execute_async_v3 failed")
         _ck(cudart.cudaEventRecord(stop, self.stream))
         for name in self.output_names:

@@ -1,0 +1,158 @@
+"""The GPU code against NVIDIA's real API surface, on a machine without a GPU: the TensorRT-facing modules
+type-checked against TensorRT 10.13's stubs, every cudart name the runner calls looked up in cuda-python
+under both import paths the code supports, and the runner opening a real plan with the real CUDA runtime."""
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import CLI, ENV, ROOT
+
+RUNTIME = ROOT / "mlit_edge" / "runtime"
+
+
+def _typecheck(*extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "typecheck_trt.py"), *extra], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=600)
+
+
+def test_tensorrt_facing_modules_type_check_against_tensorrt_stubs():
+    proc = _typecheck()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "Success: no issues found in 5 source files" in proc.stdout
+
+
+def test_the_type_check_catches_a_call_that_tensorrt_does_not_have(tmp_path):
+    """The check bites: a method TensorRT 10 removed (execute_async_v2) and a wrong argument are errors,
+    so a clean run above means the calls match the stubs, not that the stubs were never read."""
+    from tools.typecheck_trt import fetch
+
+    stubs, _ = fetch()
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(textwrap.dedent("""
+        import tensorrt as trt
+
+        def run(engine: trt.ICudaEngine, context: trt.IExecutionContext) -> None:
+            context.execute_async_v2([], 0)
+            context.set_tensor_address(0, "x")
+            engine.num_io_tensors()
+    """))
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(wrong)],
+                          capture_output=True, text=True, cwd=ROOT, env={**ENV, "MYPYPATH": str(stubs)}, timeout=600)
+    assert proc.returncode == 1, proc.stdout
+    for words in ('has no attribute "execute_async_v2"', 'Argument 1 to "set_tensor_address"',
+                  '"int" not callable'):
+        assert words in proc.stdout, proc.stdout
+
+
+def _cudart_names() -> set[str]:
+    """Every `cudart.X` (and `cudart.Enum.member`) that the runner and the environment probe use."""
+    names = set()
+    for source in (RUNTIME / "trt_runner.py", RUNTIME / "trt_env.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            chain, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute) and base.attr != "cudart":
+                chain.insert(0, base.attr)
+                base = base.value
+            is_cudart = (isinstance(base, ast.Name) and base.id == "cudart") or \
+                (isinstance(base, ast.Attribute) and base.attr == "cudart")
+            if is_cudart:
+                names.add(".".join(chain))
+    # an inner attribute of a chain is also visited alone; keep the longest forms and the plain calls
+    return {n for n in names if not any(other.startswith(n + ".") for other in names)}
+
+
+LOOKUP = """
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+module = importlib.import_module(sys.argv[1])
+missing = []
+for name in json.loads(sys.argv[2]):
+    obj = module
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+    if obj is None:
+        missing.append(name)
+print(json.dumps({"file": module.__file__, "missing": missing}))
+"""
+
+
+def test_every_cudart_name_the_runner_uses_exists_under_both_import_paths(tmp_path):
+    """`cuda.bindings.runtime` (cuda-python >= 12.6, installed here) and `cuda.cudart` (the path of JetPack
+    6.0's cuda-python 12.2, fetched for this test into a folder of its own)."""
+    import json
+
+    names = _cudart_names()
+    assert {"cudaStreamCreate", "cudaMallocHost", "cudaGraphLaunch", "cudaMemcpyKind.cudaMemcpyHostToDevice",
+            "cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal", "cudaGetDeviceCount"} <= names, names
+    legacy = tmp_path / "cuda-python-12.2"
+    fetched = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(legacy),
+                              "cuda-python==12.2.1"], capture_output=True, text=True, timeout=600)
+    if fetched.returncode:
+        pytest.skip(f"cannot fetch cuda-python 12.2.1 from the package index: {fetched.stderr[-300:]}")
+    for module, path in [("cuda.bindings.runtime", None), ("cuda.cudart", legacy)]:
+        env = {**ENV, "PYTHONPATH": f"{path}"} if path else ENV
+        proc = subprocess.run([sys.executable, "-c", LOOKUP, module, json.dumps(sorted(names))], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found = json.loads(proc.stdout)
+        assert found["missing"] == [], f"{module} ({found['file']}) lacks {found['missing']}"
+        assert path is None or str(path) in found["file"]
+
+
+def test_the_runner_names_the_missing_gpu_in_one_line_with_the_real_cuda_runtime(tmp_path):
+    """A real plan (built here by TensorRT-RTX), the real cuda.bindings and this machine's CUDA runtime,
+    which answers that there is no usable GPU: the runner refuses in one line that names it."""
+    trt = pytest.importorskip("tensorrt_rtx")
+    cudart = pytest.importorskip("cuda.bindings.runtime")
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlit_edge.engine.plan import build_serialized, engine_record, write_plan
+    from mlit_edge.runtime.trt_env import EngineError, local_env
+    from mlit_edge.runtime.trt_runner import TensorRTRunner
+
+    err, count = cudart.cudaGetDeviceCount()
+    if int(err) == 0 and count > 0:
+        pytest.skip("this machine has a GPU")
+    assert int(err) != 0, "the CUDA runtime answered, and found no device without an error"
+    weight = numpy_helper.from_array(np.ones((3 * 36 * 36, 10), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Flatten", ["images"], ["flat"]),
+                               helper.make_node("MatMul", ["flat", "w"], ["logits"])], "tiny",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 36, 36])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], [weight])
+    source = tmp_path / "tiny.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), source)
+    result = build_serialized(source, trt)
+    assert result["ok"], result
+    plan = tmp_path / "tiny.plan"
+    record = engine_record(source, result, local_env("tensorrt-rtx"), "tensorrt-rtx")
+    write_plan(result["engine"], plan, {**record, "precision": "fp32", "classes": [str(i) for i in range(10)],
+                                        "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3}})
+    with pytest.raises(EngineError) as refused:
+        TensorRTRunner(plan).open()
+    assert "no CUDA GPU on this machine" in str(refused.value) and "\n" not in str(refused.value)
+    proc = subprocess.run([*CLI, "bench", str(plan)], capture_output=True, text=True, env=ENV, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "no CUDA GPU on this machine" in lines[0], proc.stderr
+
+
+def test_the_gpu_check_script_explains_itself_and_refuses_without_a_gpu():
+    import torch
+
+    script = ROOT / "benchmarks" / "gpu_check.py"
+    helped = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, env=ENV)
+    assert helped.returncode == 0
+    for words in ("GradScaler", "bf16 autocast", "NCCL DDP", "CUDA graph at batch 1 and 64", "pinned host"):
+        assert words in helped.stdout
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the script runs for real (see the closing note for its table)")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 1 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
+    assert "no CUDA GPU here" in proc.stderr
