@@ -308,3 +308,29 @@ def test_a_checkpoint_s_size_field_never_names_a_file(trained_checkpoint, tmp_pa
     stem = "mlit-xxs-custom" if claimed == "xxs" else "mlit-custom"  # the tiny config is not XXS's; others: custom
     assert made == [f"out/{stem}-fp32.onnx", f"out/{stem}-fp32.onnx.json"], made
     assert "\x1b" not in proc.stderr + proc.stdout + "".join(made)
+
+
+def test_serve_survives_any_name_in_its_inbox(good, tmp_path):
+    """Names with a newline, a leading dash, 255 bytes, non-UTF-8 bytes, no extension, a file called `done`;
+    and entries that are not regular files (a FIFO, a link to /dev/zero, a folder), which are never opened."""
+    from mlit_edge.runtime import serve
+
+    art, _ = good
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    image = Image.fromarray(np.full((28, 28), 200, np.uint8))
+    names = ["a\nb.png", "-rf.png", "x" * 251 + ".png", "sp ace.png", "noext",
+             b"\xff\xfe.png".decode("utf-8", "surrogateescape")]
+    for name in names:
+        image.save(inbox / name, format="PNG")
+    (inbox / "done").write_bytes((inbox / "noext").read_bytes())
+    (inbox / "subdir").mkdir()
+    (inbox / "zero.png").symlink_to("/dev/zero")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(inbox / "fifo.png")
+    start = time.monotonic()
+    handled = serve.watch(art, inbox, tmp_path / "r.jsonl", interval_s=0.05, max_files=len(names) + 1, settle_s=0)
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert handled == len(names) + 1 and time.monotonic() - start < 120
+    assert sorted(r["path"] for r in rows) == sorted([*names, "done-1"]) and all("class_id" in r for r in rows)
+    assert {p.name for p in inbox.iterdir()} >= {"subdir", "zero.png"} and (inbox / "done").is_dir()

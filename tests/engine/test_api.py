@@ -156,3 +156,17 @@ def test_the_gpu_check_script_explains_itself_and_refuses_without_a_gpu():
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 1 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
     assert "no CUDA GPU here" in proc.stderr
+
+
+def test_type_stubs_alone_are_not_taken_for_tensorrt(tmp_path):
+    """`pip install tensorrt-stubs` leaves a bare `tensorrt/__init__.pyi` that imports as an empty namespace
+    package; `build --target auto` then died on `trt.__version__` (found while adding the type check)."""
+    (tmp_path / "tensorrt").mkdir()
+    (tmp_path / "tensorrt" / "__init__.pyi").write_text("def Builder() -> None: ...\n")
+    code = ("from mlit_edge.runtime.trt_env import import_trt\n"
+            "t = import_trt()\nprint(getattr(t, '__name__', None))\n"
+            "try:\n    import_trt('tensorrt')\nexcept RuntimeError as e:\n    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**ENV, "PYTHONPATH": f"{tmp_path}:{ROOT}"}, timeout=120)
+    first, second = proc.stdout.splitlines()[:2]
+    assert first in ("tensorrt_rtx", "None") and "the `tensorrt` module is not installed" in second, proc.stderr
