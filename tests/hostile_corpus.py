@@ -181,7 +181,31 @@ def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
                           extra={"no_folder": "run-nan"}))
     cases += _round2_config_and_data(folder, checkpoint)
     cases += _round3(folder, good, checkpoint)
+    cases += _device_loop(folder, good, checkpoint)
     return cases
+
+
+def _device_loop(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
+    """Issue 24's cases that are one command each (serve's are real processes in
+    tests/runtime/test_serve_faults.py): memory checked before allocation, outputs before measuring."""
+    (folder / "a-file").write_text("not a folder")
+    build = ["build", "--checkpoint", str(checkpoint), "--target", "onnxruntime", "--precision", "fp32"]
+    bench = ["bench", str(good), "--batch", "1", "--iterations", "2"]
+    return [Case("build --batch 1000000", "device", [*build, "--batch", "1000000", "--out", str(folder / "out-b")], 1,
+                 "GiB of buffers (estimated)", extra={"no_folder": "out-b"}),
+            Case("build --dynamic-batch 1,8,1000000", "device", [*build, "--dynamic-batch", "1,8,1000000", "--out",
+                                                                  str(folder / "out-d")], 1,
+                 "--dynamic-batch MAX 1000000", extra={"no_folder": "out-d"}),
+            Case("build --workspace nan", "device", [*build, "--workspace", "nan", "--out", str(folder / "out-w")], 2,
+                 "is not a finite number", extra={"no_folder": "out-w"}),
+            Case("bench --threads 2000", "device", [*bench, "--threads", "2000"], 2, "not in the range"),
+            Case("bench --json into /proc", "device", [*bench, "--json", "/proc/mlit-edge-report.json"], 1,
+                 "nothing was measured"),
+            Case("bench --plot under a file", "device", [*bench, "--plot", str(folder / "a-file" / "plots")], 1,
+                 "nothing was measured"),
+            Case("serve --interval nan", "device", ["serve", "--model", str(good), "--inbox", str(folder / "inbox-nan"),
+                                                    "--results", str(folder / "r.jsonl"), "--interval", "nan"], 2,
+                 "is not a finite number", extra={"no_folder": "inbox-nan"})]
 
 
 def _zip_bomb(good: Path, path: Path) -> Path:

@@ -36,20 +36,10 @@ def peak_rss_mb() -> float:
     return peak / 2 ** 20 if platform.system() == "Darwin" else peak / 1024  # bytes on macOS, kB elsewhere
 
 
-def available_mb() -> float | None:
-    """Memory the kernel says new allocations can get without swapping (MemAvailable); None elsewhere."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def batch_bytes(record: dict, batch: int) -> int:
-    """About what the buffers of one call at `batch` take (input, attention scores, token activations),
-    from the model the record describes (the default mLiT when it does not say); a bound, not a measurement."""
+    """`model.budget.batch_bytes` for the model a sidecar record describes (the default mLiT when it does
+    not say)."""
+    from ..model.budget import batch_bytes as config_bytes
     from ..model.config import MLiTConfig
     from ..train.checkpoint import config_from_dict
 
@@ -57,13 +47,13 @@ def batch_bytes(record: dict, batch: int) -> int:
         cfg = config_from_dict("mlit", (record.get("model") or {}).get("config") or {})
     except (TypeError, ValueError):
         cfg = MLiTConfig()
-    n, s = cfg.num_tokens, cfg.img_size
-    per_image = 3 * s * s + 3 * cfg.heads * n * n + n * (8 * cfg.dim + 2 * max(cfg.expert_stages) * cfg.hidden_first)
-    return int(1.5 * 4 * per_image * batch)  # float32, with headroom for the runtime's own copies
+    return config_bytes(cfg, batch)
 
 
 def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
     """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
+    from ..model.budget import available_mb
+
     available = available_mb()
     if available is None:
         return

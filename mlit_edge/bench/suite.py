@@ -142,11 +142,28 @@ def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bo
     return out
 
 
+def _check_writable(option: str, folder: Path) -> None:
+    """Write and remove a temporary file in `folder` (made if missing), so that a folder the report cannot
+    go to is refused before minutes of measuring, not after."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mlit-edge-write-test-"):
+            pass
+    except OSError as e:
+        raise OSError(f"{option}: cannot write to {folder} ({e.strerror or e}); nothing was measured") from None
+
+
 def bench_and_save(paths: list[str], cfg: BenchConfig, json_path: str | Path | None = None,
                    plot_dir: str | Path | None = None) -> dict:
     """`mlit-edge bench`: refuse an output that cannot be written before measuring, bench, then save."""
     if json_path and not Path(json_path).resolve().parent.is_dir():
         raise FileNotFoundError(f"--json {json_path}: folder {Path(json_path).parent} does not exist")
+    for option, folder in (("--json", Path(json_path).resolve().parent if json_path else None),
+                           ("--plot", Path(plot_dir) if plot_dir else None)):
+        if folder is not None:
+            _check_writable(option, folder)
     report = run_bench(paths, cfg)
     save_report(report, json_path, plot_dir)
     return report

@@ -26,6 +26,18 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+# [ours] more threads than this many per core only adds contention; past it the OpenMP runtime of torch or ONNX
+# Runtime can fail to start them ("libgomp: Thread creation failed") instead of refusing in one line
+THREADS_PER_CORE = 8
+
+
+def thread_count() -> click.IntRange:
+    """The type of a --threads option: 1 to 8 per core of this machine."""
+    import os
+
+    return click.IntRange(min=1, max=THREADS_PER_CORE * (os.cpu_count() or 1))
+
+
 def check_size(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:
     if value is not None and value.lower() not in SIZES:
         raise click.ClickException(f"unknown model size {value!r}; valid sizes: {', '.join(SIZES)}")

@@ -8,7 +8,7 @@ import click
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from .common import FiniteFloat, int_list, log, user_errors
+from .common import FiniteFloat, int_list, log, thread_count, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
                           help="Refuse, per file and before decoding, images with more pixels than this.")
@@ -28,7 +28,8 @@ MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_defau
 @click.option("--duration", "duration_s", default=2.0, show_default=True, type=FiniteFloat(min=0.01),
               help="Seconds of timed calls per artifact and batch.")
 @click.option("--iterations", default=None, type=click.IntRange(min=1), help="Time exactly N calls instead.")
-@click.option("--threads", default=None, type=click.IntRange(min=1), help="CPU threads (ONNX Runtime, torch).")
+@click.option("--threads", default=None, type=thread_count(),
+              help="CPU threads (ONNX Runtime, torch), at most 8 per core of this machine.")
 @click.option("--ort-providers", "providers", default="cpu", show_default=True,
               help="ONNX Runtime execution providers in order: cpu, cuda, tensorrt (where installed).")
 @click.option("--cuda-graph", is_flag=True, help="TensorRT: replay each batch as a captured CUDA graph.")

@@ -90,6 +90,11 @@ def export_stage(opts: ExportOptions, source: Source, fp32: Path, precisions: tu
     source unless `opts.force`), then `export_artifacts`. `more_outputs`: what the caller will write."""
     from ..runtime.outputs import guard_replace, output_folder
 
+    if opts.batch is not None:
+        source.check_batch(opts.batch)
+    profile = getattr(opts, "dynamic_batch", None)
+    if profile:
+        source.check_batch(profile[2], "--dynamic-batch MAX")
     with output_folder(fp32.parent):
         planned = ([] if source.onnx else [fp32]) + [variant_path(fp32, p, runtime=runtime) for p in precisions
                                                      if p != source.precision]

@@ -114,6 +114,22 @@ class Source:
         """The name its artifacts start with: mlit-SIZE, or the given ONNX's own stem."""
         return artifact_stem(self.onnx) if self.onnx else f"mlit-{self.record['model']['size']}"
 
+    def check_batch(self, batch: int, option: str = "--batch") -> None:
+        """Refuse, before anything is allocated, a batch whose buffers would not fit this machine: the
+        model's config, or the one its record describes (a device has no torch to build the model)."""
+        from ..model.budget import check_batch_fits
+        from ..model.config import MLiTConfig
+
+        cfg = getattr(self.model, "cfg", None)
+        if cfg is None:
+            try:
+                cfg = MLiTConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                    for k, v in ((self.record.get("model") or {}).get("config") or {}).items()
+                                    if k in MLiTConfig.__dataclass_fields__})
+            except (TypeError, ValueError):
+                cfg = MLiTConfig()
+        check_batch_fits(cfg, batch, option)
+
     def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool) -> bool:
         """Whether `fp32` is already this checkpoint's export, from the same opset, batch and mlit-edge version
         (it was checked against PyTorch when written)."""

@@ -58,3 +58,33 @@ def implied_macs(cfg) -> int:
     """Multiply-adds of one image through `MLiT(cfg)`, roughly: every weight once a token, plus attention."""
     n = cfg.num_tokens
     return n * implied_params(cfg) + cfg.depth * 2 * n * n * cfg.dim
+
+
+def batch_bytes(cfg, batch: int) -> int:
+    """About what the buffers of one call of `MLiT(cfg)` at `batch` take (input, attention scores, token
+    activations); a bound for refusing early, not a measurement."""
+    n, s = cfg.num_tokens, cfg.img_size
+    per_image = 3 * s * s + 3 * cfg.heads * n * n + n * (8 * cfg.dim + 2 * max(cfg.expert_stages) * cfg.hidden_first)
+    return int(1.5 * 4 * per_image * batch)  # float32, with headroom for the runtime's own copies
+
+
+def available_mb() -> float | None:
+    """Memory the kernel says new allocations can get without swapping (MemAvailable); None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_batch_fits(cfg, batch: int, option: str = "--batch") -> None:
+    """ValueError, before anything is allocated, when one call at `batch` would not fit the memory this
+    machine has available (80% of MemAvailable)."""
+    available = available_mb()
+    need = batch_bytes(cfg, batch) / 2 ** 20
+    if available is not None and need > 0.8 * available:
+        raise ValueError(f"{option} {batch}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
+                         f"than the {available / 1024:.1f} GiB available here; use a smaller batch")

@@ -6,12 +6,12 @@ suffix are never read, so the safe way to drop a file is to write it under such 
 it into place (`cp a.jpg inbox/.a.jpg && mv inbox/.a.jpg inbox/`). A file that does not decode is
 tried again until it has held still for `retry_s` (a slow writer may still be filling it), then
 moved to `failed/` with its reason; a file that vanishes is skipped; any other per-file failure is
-recorded and the file moved to `failed/`, so a bad file cannot crash the service in a loop.
+recorded and the file moved to `failed/`, so a bad file cannot crash the service in a loop. Each image
+gets exactly one row, across kill -9, a rotated results file and an unwritable `done/` (`inbox.py`).
 """
 from __future__ import annotations
 
-import json
-import sys
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from .classifier import Classifier
 from .images import DEFAULT_MAX_PIXELS, InputError
+from .inbox import FOLDERS, ResultsLog, claim, free_name, lock, make_folders, recover, say, settle
 from .messages import typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
@@ -40,21 +41,27 @@ def predict_files(model: str | Path, paths: Iterable[str | Path], top_k: int = 1
     return out
 
 
-def _candidates(inbox: Path) -> list[Path]:
+def _candidates(inbox: Path) -> list[tuple[Path, tuple[int, int]]]:
+    """The inbox's readable regular files with their (size, mtime): one directory scan, one stat each."""
     try:
-        entries = sorted(inbox.iterdir())
+        scan = os.scandir(inbox)
     except OSError:  # the inbox itself vanished or is unreadable: try again on the next poll
         return []
-    return [p for p in entries if not p.name.startswith(".") and not p.name.endswith(TEMPORARY_SUFFIXES)
-            and p.is_file()]
-
-
-def _free_name(folder: Path, name: str) -> Path:
-    """`folder/name`, or `folder/stem-N.suffix` when a file of that name is already there (none is lost)."""
-    dest, stem, suffix, n = folder / name, Path(name).stem, Path(name).suffix, 1
-    while dest.exists():
-        dest, n = folder / f"{stem}-{n}{suffix}", n + 1
-    return dest
+    out = []
+    with scan:
+        for entry in scan:
+            name = entry.name
+            if name.startswith(".") or name.endswith(TEMPORARY_SUFFIXES) or name in FOLDERS:
+                continue
+            try:
+                if not entry.is_file():  # follows links: a FIFO, a device or a folder is never opened
+                    continue
+                st = entry.stat()
+            except OSError:
+                continue
+            out.append((Path(entry.path), (st.st_size, st.st_mtime_ns)))
+    out.sort()
+    return out
 
 
 def classify_file(clf: Classifier, f: Path, stable_for: float, retry_s: float) -> tuple[dict, str] | None:
@@ -76,51 +83,69 @@ def watch(model: str | Path, inbox: str | Path, results: str | Path, interval_s:
           max_files: int | None = None, settle_s: float = SETTLE_S, retry_s: float = RETRY_S,
           max_pixels: int | None = DEFAULT_MAX_PIXELS, clock: Callable[[], float] = time.monotonic) -> int:
     """A small always-on service: classify each new image in `inbox`, append a JSON line to `results`,
-    and move the image to `inbox/done` (or `inbox/failed`). Returns the number handled (runs until
-    killed unless `max_files` is given)."""
+    and move the image to `inbox/done` (or `inbox/failed`), each image recorded exactly once (`inbox.py`
+    says how). Returns the number handled (runs until killed unless `max_files` is given)."""
     inbox, results = Path(inbox), Path(results)
+    inbox.mkdir(parents=True, exist_ok=True)
+    if results.resolve().parent.is_relative_to(inbox.resolve()):
+        raise ValueError(f"--results {results} is inside the inbox {inbox}: it would be taken for an image; "
+                         "put it beside the inbox")
+    with lock(inbox), Classifier.load(model, max_pixels=max_pixels) as clf:
+        log = ResultsLog(results)
+        try:
+            make_folders(inbox)
+            recover(inbox, log)
+            return _serve(clf, inbox, log, interval_s, max_files, settle_s, retry_s, clock)
+        finally:
+            log.close()
+
+
+def _serve(clf: Classifier, inbox: Path, log: ResultsLog, interval_s: float, max_files: int | None,
+           settle_s: float, retry_s: float, clock: Callable[[], float]) -> int:
     seen: dict[str, tuple[tuple[int, int], float]] = {}  # name -> ((size, mtime), unchanged since)
+    stuck: dict[str, tuple[int, int]] = {}  # name -> the (size, mtime) at which it could not be claimed
     handled = 0
-    with Classifier.load(model, max_pixels=max_pixels) as clf, open(results, "a", buffering=1) as log:
-        while max_files is None or handled < max_files:
-            for d in (inbox / "done", inbox / "failed"):
-                if (d.exists() or d.is_symlink()) and not d.is_dir():  # a file of that name: an image like any
-                    moved = _free_name(inbox, d.name)  # other, renamed so the folder can be made
-                    d.replace(moved)
-                    print(f"mlit-edge serve: {d.name} in the inbox is a file; renamed it to {moved.name}",
-                          file=sys.stderr)
-                d.mkdir(parents=True, exist_ok=True)
-            now, ready = clock(), []
-            files = _candidates(inbox)
-            for f in files:
+    while max_files is None or handled < max_files:
+        make_folders(inbox)  # again each poll: someone may have removed one
+        now, ready = clock(), []
+        files = _candidates(inbox)
+        for f, key in files:
+            if f.name not in seen or seen[f.name][0] != key:
+                seen[f.name] = (key, now)  # new or still changing: wait for it to settle
+            elif now - seen[f.name][1] >= settle_s and stuck.get(f.name) != key:
+                ready.append(f)
+        names = {f.name for f, _ in files}
+        seen = {name: v for name, v in seen.items() if name in names}
+        before = handled
+        for f in ready:
+            outcome = classify_file(clf, f, now - seen[f.name][1], retry_s)
+            if outcome is None:
+                continue
+            row, where = outcome
+            try:
+                claim_id, claimed = claim(inbox, f)
+            except FileNotFoundError:  # vanished after it was classified: nothing to record
+                continue
+            except OSError as e:
+                if f.name not in stuck:
+                    say(f"cannot move {f.name} into processing/ ({e.strerror or e}); it stays in the inbox, "
+                        "unrecorded, until it changes")
+                stuck[f.name] = seen[f.name][0]
+                continue
+            try:
+                log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **row, "id": claim_id})
+            except OSError as e:  # e.g. a full disk: nothing of the row stays; give the file back for later
+                say(f"cannot record {f.name} ({e.strerror or e}); will retry")
                 try:
-                    st = f.stat()
+                    os.rename(claimed, free_name(inbox, f.name))
                 except OSError:
-                    continue
-                key = (st.st_size, st.st_mtime_ns)
-                if f.name not in seen or seen[f.name][0] != key:
-                    seen[f.name] = (key, now)  # new or still changing: wait for it to settle
-                elif now - seen[f.name][1] >= settle_s:
-                    ready.append(f)
-            seen = {name: v for name, v in seen.items() if name in {f.name for f in files}}
-            before = handled
-            for f in ready:
-                outcome = classify_file(clf, f, now - seen[f.name][1], retry_s)
-                if outcome is None:
-                    continue
-                row, where = outcome
-                try:
-                    log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **row}) + "\n")
-                    f.replace(_free_name(inbox / where, f.name))
-                except FileNotFoundError:  # vanished after it was classified: the row is written
-                    pass
-                except OSError as e:  # e.g. a full disk: leave the file for a later poll
-                    print(f"mlit-edge serve: cannot record {f.name} ({e}); will retry", file=sys.stderr)
-                    continue
-                seen.pop(f.name, None)
-                handled += 1
-                if max_files is not None and handled >= max_files:
-                    break
-            if handled == before:
-                time.sleep(interval_s)
+                    pass  # recover() returns it at the next start
+                continue
+            settle(inbox, claimed, f.name, where)
+            seen.pop(f.name, None)
+            handled += 1
+            if max_files is not None and handled >= max_files:
+                break
+        if handled == before:
+            time.sleep(interval_s)
     return handled
