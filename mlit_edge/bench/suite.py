@@ -143,16 +143,13 @@ def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bo
 
 
 def _check_writable(option: str, folder: Path) -> None:
-    """Write and remove a temporary file in `folder` (made if missing), so that a folder the report cannot
-    go to is refused before minutes of measuring, not after."""
-    import tempfile
+    """A folder the report cannot go to is refused before minutes of measuring, not after."""
+    from ..runtime.outputs import check_writable
 
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mlit-edge-write-test-"):
-            pass
+        check_writable(folder, "the folder of")
     except OSError as e:
-        raise OSError(f"{option}: cannot write to {folder} ({e.strerror or e}); nothing was measured") from None
+        raise OSError(f"{option}: {e}; nothing was measured") from None
 
 
 def bench_and_save(paths: list[str], cfg: BenchConfig, json_path: str | Path | None = None,

@@ -25,6 +25,19 @@ logger = logging.getLogger(__name__)
 ARTIFACT_MARKS = (*FORMATS["onnxruntime"].suffixes, *FORMATS["tensorrt"].suffixes, ".calib.json")
 
 
+def check_writable(folder: str | Path, what: str) -> None:
+    """Make `folder` if missing and write and remove a temporary file in it, so that a folder that cannot be
+    written fails before the work, not after; OSError "cannot write WHAT FOLDER (reason)" otherwise."""
+    import tempfile
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise OSError(f"cannot write {what} {folder} ({e.strerror or e})") from None
+
+
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     import fcntl

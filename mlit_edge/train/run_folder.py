@@ -39,14 +39,9 @@ def check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Pa
 
 def check_writable(out: Path) -> None:
     """Fail before the first step, not after the first epoch, when the run folder cannot be written."""
-    import tempfile
+    from ..runtime.outputs import check_writable as check_folder
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise OSError(f"cannot write the run folder {out}: {e.strerror or e}") from None
+    check_folder(out, "the run folder")
 
 
 def clean_start(out: Path, log: Path, resume: bool) -> list[str]:
