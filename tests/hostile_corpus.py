@@ -182,6 +182,59 @@ def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     cases += _round2_config_and_data(folder, checkpoint)
     cases += _round3(folder, good, checkpoint)
     cases += _device_loop(folder, good, checkpoint)
+    cases += _runtime_round(folder, good)
+    return cases
+
+
+def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, classes: list) -> Path:
+    """A one-MatMul classifier over 3x36x36 input with its sidecar: the graph's shapes are what the case
+    sets (a fixed batch, a symbolic class count), its weights may hold NaN."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    graph = helper.make_graph([helper.make_node("Flatten", ["images"], ["flat"]),
+                               helper.make_node("MatMul", ["flat", "w"], ["logits"])], name,
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, 36, 36])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, out_dim])],
+                              [numpy_helper.from_array(weight.astype(np.float32), "w")])
+    path = folder / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    write_sidecar(path, {"precision": "fp32", "classes": classes,
+                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
+    return path
+
+
+def _runtime_round(folder: Path, good: Path) -> list[Case]:
+    """Issue 25's cases: sidecars and graphs checked before use, outputs checked, nothing printed raw."""
+    digit = str(folder / "digit8.png")
+    ten = [str(i) for i in range(10)]
+    cases = []
+    edits = [("threads100000", lambda r: r.__setitem__("onnxruntime", {"session": {"threads": 100000}}),
+              "onnxruntime.session.threads is 100000"),
+             ("threads_many", lambda r: r.__setitem__("onnxruntime", {"session": {"threads": "many"}}),
+              "onnxruntime.session.threads is 'many'"),
+             ("ort_text", lambda r: r.__setitem__("onnxruntime", "fast"), "onnxruntime is 'fast'"),
+             ("batch1e6", lambda r: r.__setitem__("batch", 1000000), "batch is 1000000")]
+    for name, edit, words in edits:
+        art = _edited_copy(good, folder, name, edit)
+        cases.append(Case(f"sidecar {name}", "runtime", ["predict", digit, "--model", str(art)], 1, words))
+    escaped = _edited_copy(good, folder, "escaped_classes", lambda r: r.__setitem__(
+        "classes", ["\x1b]0;PWNED\x07zero", "one\nforged.png: 9 1.000", *[str(i) for i in range(2, 10)]]))
+    cases.append(Case("class names with escape codes and a newline", "runtime",
+                      ["predict", digit, "--model", str(escaped), "--top-k", "10"], 0, "\\x1b]0;PWNED\\x07zero"))
+    wide = np.zeros((3 * 36 * 36, 10))
+    cases += [Case("a fixed batch of 1000000", "runtime",
+                   ["predict", digit, "--model", str(_tiny_onnx(folder, "static1e6", wide, 1000000, 10, ten))], 1,
+                   "a fixed batch of 1000000"),
+              Case("NaN logits", "runtime",
+                   ["predict", digit, "--model", str(_tiny_onnx(folder, "nan_logits", wide + np.nan, "N", 10, ten))],
+                   2, "logits are NaN or infinite"),
+              Case("3 logits for 10 class names", "runtime",
+                   ["predict", digit, "--model", str(_tiny_onnx(folder, "three", np.zeros((3 * 36 * 36, 3)), "N", "K",
+                                                                ten))], 1,
+                   "classes lists 10 names, but the model outputs 3 logits")]
     return cases
 
 

@@ -9,7 +9,7 @@ import click
 
 from ..export import DEFAULT_OPSET, OPSETS
 from ..model.config import SIZES, parse_overrides
-from ..runtime.messages import first_line
+from ..runtime.messages import first_line, printable
 
 USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
@@ -26,16 +26,12 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
-# [ours] more threads than this many per core only adds contention; past it the OpenMP runtime of torch or ONNX
-# Runtime can fail to start them ("libgomp: Thread creation failed") instead of refusing in one line
-THREADS_PER_CORE = 8
-
-
 def thread_count() -> click.IntRange:
-    """The type of a --threads option: 1 to 8 per core of this machine."""
-    import os
+    """The type of a --threads option: 1 to 8 per core of this machine (`runtime.runners.max_threads`); past
+    that the OpenMP runtime of torch or ONNX Runtime can fail to start them instead of refusing in one line."""
+    from ..runtime.runners import max_threads
 
-    return click.IntRange(min=1, max=THREADS_PER_CORE * (os.cpu_count() or 1))
+    return click.IntRange(min=1, max=max_threads())
 
 
 def check_size(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:
@@ -78,7 +74,7 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as e:
-            raise click.ClickException(first_line(e)) from None
+            raise click.ClickException(printable(first_line(e))) from None
         except KeyboardInterrupt:
             click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)"
                        if fn.__name__ in TRAINING else "interrupted", err=True)

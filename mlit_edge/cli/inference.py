@@ -77,12 +77,14 @@ def predict(images, model_path, top_k, as_json, max_pixels) -> None:
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
-        for r in results:
+        from ..runtime.messages import printable
+
+        for r in results:  # names and paths escaped: a class name could set the terminal's title
             if "error" in r:
-                click.echo(f"{r['path']}: ERROR {r['error']}")
+                click.echo(f"{printable(r['path'])}: ERROR {printable(r['error'])}")
             else:
-                top = ", ".join(f"{name} {p:.3f}" for _, name, p in r["top"])
-                click.echo(f"{r['path']}: {top}")
+                top = ", ".join(f"{printable(name)} {p:.3f}" for _, name, p in r["top"])
+                click.echo(f"{printable(r['path'])}: {top}")
     if any("error" in r for r in results):
         sys.exit(2)
 

@@ -116,9 +116,29 @@ class Classifier:
         return predict_all(self.runner, x, self.max_batch)[0]
 
     def predict(self, images: Sequence | np.ndarray, top_k: int = 1) -> list[Prediction]:
-        """Classify uint8 images (arrays of any size) or image files."""
+        """Classify uint8 images (arrays of any size) or image files, in chunks of the artifact's batch, so
+        memory follows the chunk and not the count of inputs (100,000 small arrays are fine)."""
         self._require_open()
+        if isinstance(images, (str, Path)) or (isinstance(images, np.ndarray) and images.ndim in (2, 3)):
+            images = [images]
+        if not isinstance(images, np.ndarray):
+            images = list(images)
+        if len(images) == 0:
+            raise InputError("empty batch: nothing to classify")
+        out: list[Prediction] = []
+        for start in range(0, len(images), self.max_batch):
+            out += self._predict_chunk(images[start:start + self.max_batch], top_k, start)
+        return out
+
+    def _predict_chunk(self, images: Sequence | np.ndarray, top_k: int, first: int) -> list[Prediction]:
         logits = self.logits(self.preprocess(images)).astype(np.float64)
+        if logits.ndim != 2 or logits.shape[1] != len(self.classes):
+            raise ValueError(f"{self.path.name}: the model outputs logits of shape {logits.shape[1:]}, but its sidecar "
+                             f"names {len(self.classes)} classes; rebuild the artifact with mlit-edge")
+        finite = np.isfinite(logits).all(axis=1)
+        if not finite.all():  # a class picked from NaN would be noise presented as an answer
+            raise InputError(f"images[{first + int(np.argmin(finite))}]: the model's logits are NaN or infinite "
+                             "(a broken artifact, or an input it cannot handle)")
         z = logits - logits.max(axis=1, keepdims=True)
         probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
         k = max(1, min(top_k, probs.shape[1]))

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import IO, Iterator
 
+from .messages import printable
+
 LOCK_NAME = ".mlit-edge-serve.lock"
 FOLDERS = ("processing", "done", "failed")
 SEPARATOR = "--"  # processing/ID--NAME
@@ -32,7 +34,7 @@ TAIL_BYTES = 1 << 20  # [ours] the results' tail searched for the rows of claime
 
 
 def say(message: str) -> None:
-    print(f"mlit-edge serve: {message}", file=sys.stderr, flush=True)
+    print(f"mlit-edge serve: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def lock(inbox: Path) -> IO[str]:

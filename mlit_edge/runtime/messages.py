@@ -5,6 +5,15 @@ import logging
 import sys
 
 
+def printable(text: object) -> str:
+    """`text` safe for a terminal: control characters (escape codes that set the title or clear the
+    screen, a newline that would forge a line of output) and unpaired surrogates written as escapes."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def first_line(exc: BaseException, limit: int | None = None) -> str:
     """The first non-empty line of `exc`'s message (cut to `limit` characters), or its type's name when the
     message is empty: `MemoryError()` and friends have none, and a one-line error must still say something."""

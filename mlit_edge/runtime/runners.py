@@ -18,6 +18,23 @@ import numpy as np
 from .messages import first_line, typed_line
 
 
+THREADS_PER_CORE = 8  # [ours] past this, threads only contend; far past it the runtime crashes starting them
+
+
+def max_threads() -> int:
+    """The most threads a runtime is asked to start here: 8 per core."""
+    import os
+
+    return THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_threads(threads, where: str) -> None:
+    """ValueError naming `where` unless `threads` is None or an integer from 1 to `max_threads()`."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or not 1 <= threads <= max_threads()):
+        raise ValueError(f"{where} is {threads!r}, expected an integer from 1 to {max_threads()} (8 per core here)")
+
+
 class RunnerClosedError(RuntimeError):
     """`infer` on a runner that is not open."""
 
@@ -103,6 +120,7 @@ class OnnxRuntimeRunner(Runner):
 
         opts = ort.SessionOptions()
         threads = self.threads or self.session_record.get("threads")
+        check_threads(threads, "threads")
         if threads:
             opts.intra_op_num_threads = int(threads)
         # the CPU arena keeps what the largest batch needed; without it memory goes back after each

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .runners import Runner
+from .runners import Runner, check_threads
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
+MAX_STATIC_BATCH = 4096  # [ours] a fixed batch beyond this is padded per call: 10^6 took 14.5 GiB for one image
 PRECISIONS = ("fp32", "fp16", "int8")
 RUNTIMES = ("any", "tensorrt", "onnxruntime")  # what an artifact's graph was made for
 
@@ -52,8 +53,18 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
             raise bad("preprocess.std", pre.get("std"), "3 positive numbers")
     if "batch" in record:
         batch = record["batch"]
-        if batch != "dynamic" and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
-            raise bad("batch", batch, '"dynamic" or a positive integer')
+        if batch != "dynamic" and (not isinstance(batch, int) or isinstance(batch, bool)
+                                   or not 1 <= batch <= MAX_STATIC_BATCH):
+            raise bad("batch", batch, f'"dynamic" or an integer from 1 to {MAX_STATIC_BATCH}')
+    if "onnxruntime" in record:
+        ort = record["onnxruntime"]
+        session = ort.get("session", {}) if isinstance(ort, dict) else None
+        if not isinstance(session, dict):
+            raise bad("onnxruntime", ort, "an object with a session object")
+        try:
+            check_threads(session.get("threads"), "onnxruntime.session.threads")
+        except ValueError as e:
+            raise SidecarError(f"{where}: {e}; {hint}") from None
     if "precision" in record and record["precision"] not in PRECISIONS:
         raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
     if "runtime" in record and record["runtime"] not in RUNTIMES:
@@ -86,6 +97,9 @@ def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     if size is not None and len(shape) == 4 and (shape[1] != 3 or tuple(shape[2:]) != (size, size)):
         raise SidecarError(f"{where}: preprocess.size is {size}, but the model's input is {shape[1]}x{shape[2]}x"
                            f"{shape[3]}; rebuild the artifact with mlit-edge")
+    if shape and isinstance(shape[0], int) and not 1 <= shape[0] <= MAX_STATIC_BATCH:
+        raise SidecarError(f"{where}: the model's input has a fixed batch of {shape[0]}, expected 1 to "
+                           f"{MAX_STATIC_BATCH} (each call is padded to it); rebuild it with a smaller --batch")
     logits = runner.output_shapes.get("logits")
     classes = record.get("classes")
     if classes is not None and logits and logits[-1] is not None and logits[-1] != len(classes):
