@@ -209,6 +209,10 @@ def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, clas
 def _runtime_round(folder: Path, good: Path) -> list[Case]:
     """Issue 25's cases: sidecars and graphs checked before use, outputs checked, nothing printed raw."""
     digit = str(folder / "digit8.png")
+
+    def pre(key, value):
+        return lambda r: r["preprocess"].__setitem__(key, value)
+
     ten = [str(i) for i in range(10)]
     cases = []
     edits = [("threads100000", lambda r: r.__setitem__("onnxruntime", {"session": {"threads": 100000}}),
@@ -216,7 +220,12 @@ def _runtime_round(folder: Path, good: Path) -> list[Case]:
              ("threads_many", lambda r: r.__setitem__("onnxruntime", {"session": {"threads": "many"}}),
               "onnxruntime.session.threads is 'many'"),
              ("ort_text", lambda r: r.__setitem__("onnxruntime", "fast"), "onnxruntime is 'fast'"),
-             ("batch1e6", lambda r: r.__setitem__("batch", 1000000), "batch is 1000000")]
+             ("batch1e6", lambda r: r.__setitem__("batch", 1000000), "batch is 1000000"),
+             ("engine_text", lambda r: r.__setitem__("engine", "fast"), "engine is 'fast'"),
+             ("profile_max0", lambda r: r.__setitem__("engine", {"flags": {"profile": {"max": 0}}}),
+              "engine.flags.profile.max is 0"),
+             ("mean1e300", pre("mean", [1e300] * 3), "preprocess.mean is [1e+300"),
+             ("std_tiny", pre("std", [1e-30] * 3), "preprocess.std is [1e-30")]
     for name, edit, words in edits:
         art = _edited_copy(good, folder, name, edit)
         cases.append(Case(f"sidecar {name}", "runtime", ["predict", digit, "--model", str(art)], 1, words))
@@ -224,6 +233,12 @@ def _runtime_round(folder: Path, good: Path) -> list[Case]:
         "classes", ["\x1b]0;PWNED\x07zero", "one\nforged.png: 9 1.000", *[str(i) for i in range(2, 10)]]))
     cases.append(Case("class names with escape codes and a newline", "runtime",
                       ["predict", digit, "--model", str(escaped), "--top-k", "10"], 0, "\\x1b]0;PWNED\\x07zero"))
+    deep = _edited_copy(good, folder, "deep_json", lambda r: None)
+    Path(f"{deep}.json").write_text("[" * 100000 + "]" * 100000)
+    cases += [Case("sidecar nested 100000 deep", "runtime", ["predict", digit, "--model", str(deep)], 1,
+                   "nested too deeply"),
+              Case("a folder among the images", "runtime", ["predict", str(folder / "a-folder.png"), digit, "--model",
+                                                            str(good), "--json"], 2, "not a regular file")]
     wide = np.zeros((3 * 36 * 36, 10))
     cases += [Case("a fixed batch of 1000000", "runtime",
                    ["predict", digit, "--model", str(_tiny_onnx(folder, "static1e6", wide, 1000000, 10, ten))], 1,
@@ -366,7 +381,7 @@ def _round3(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     model = ["--model", str(good)]
     (folder / "empty.png").write_bytes(b"")
     (folder / "a-folder.png").mkdir()
-    inputs = [(folder / "empty.png", "not an image file"), (folder / "a-folder.png", "is a directory")]
+    inputs = [(folder / "empty.png", "not an image file"), (folder / "a-folder.png", "not a regular file")]
     if hasattr(os, "mkfifo"):
         os.mkfifo(folder / "fifo.png")
         os.mkfifo(folder / "fifo.pt")

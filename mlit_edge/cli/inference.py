@@ -61,7 +61,7 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
 
 
 @click.command()
-@click.argument("images", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("images", nargs=-1, required=True, type=click.Path())
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
               help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))

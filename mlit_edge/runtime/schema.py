@@ -47,10 +47,12 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         size = pre.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= MAX_SIZE:
             raise bad("preprocess.size", size, f"an integer from 1 to {MAX_SIZE}")
-        if not _numbers(pre.get("mean"), 3):
-            raise bad("preprocess.mean", pre.get("mean"), "3 finite numbers")
-        if not _numbers(pre.get("std"), 3) or min(pre["std"]) <= 0:
-            raise bad("preprocess.std", pre.get("std"), "3 positive numbers")
+        # pixels are normalised from [0, 1]: a mean far outside it or a tiny deviation only makes inf inputs,
+        # which would be blamed on every image instead of on the sidecar
+        if not _numbers(pre.get("mean"), 3) or max(map(abs, pre["mean"])) > 10:
+            raise bad("preprocess.mean", pre.get("mean"), "3 numbers from -10 to 10")
+        if not _numbers(pre.get("std"), 3) or min(pre["std"]) < 1e-6 or max(pre["std"]) > 1e3:
+            raise bad("preprocess.std", pre.get("std"), "3 positive numbers from 1e-6 to 1000")
     if "batch" in record:
         batch = record["batch"]
         if batch != "dynamic" and (not isinstance(batch, int) or isinstance(batch, bool)
@@ -65,6 +67,16 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
             check_threads(session.get("threads"), "onnxruntime.session.threads")
         except ValueError as e:
             raise SidecarError(f"{where}: {e}; {hint}") from None
+    if "engine" in record:
+        engine = record["engine"]
+        flags = engine.get("flags", {}) if isinstance(engine, dict) else None
+        profile = flags.get("profile", {}) if isinstance(flags, dict) else None
+        if not isinstance(profile, dict):
+            raise bad("engine", engine if not isinstance(engine, dict) else "malformed",
+                      "an object whose flags and profile are objects")
+        top = profile.get("max")
+        if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_STATIC_BATCH):
+            raise bad("engine.flags.profile.max", top, f"an integer from 1 to {MAX_STATIC_BATCH}")
     if "precision" in record and record["precision"] not in PRECISIONS:
         raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
     if "runtime" in record and record["runtime"] not in RUNTIMES:
@@ -97,10 +109,17 @@ def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     if size is not None and len(shape) == 4 and (shape[1] != 3 or tuple(shape[2:]) != (size, size)):
         raise SidecarError(f"{where}: preprocess.size is {size}, but the model's input is {shape[1]}x{shape[2]}x"
                            f"{shape[3]}; rebuild the artifact with mlit-edge")
+    if len(shape) != 4:
+        raise SidecarError(f"{where}: the model's input has {len(shape)} dimensions, expected 4 (N, 3, H, W): not an "
+                           "mlit-edge classifier")
     if shape and isinstance(shape[0], int) and not 1 <= shape[0] <= MAX_STATIC_BATCH:
         raise SidecarError(f"{where}: the model's input has a fixed batch of {shape[0]}, expected 1 to "
                            f"{MAX_STATIC_BATCH} (each call is padded to it); rebuild it with a smaller --batch")
     logits = runner.output_shapes.get("logits")
+    if logits is None or len(logits) != 2:
+        raise SidecarError(f"{where}: the model's output 'logits' is "
+                           f"{'missing' if logits is None else f'of rank {len(logits)}'}, expected (N, classes): "
+                           "not an mlit-edge classifier")
     classes = record.get("classes")
     if classes is not None and logits and logits[-1] is not None and logits[-1] != len(classes):
         raise SidecarError(f"{where}: classes lists {len(classes)} names, but the model outputs {logits[-1]} "

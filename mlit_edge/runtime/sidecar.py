@@ -125,6 +125,9 @@ def _load_json(path: Path) -> dict:
         record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"sidecar {path} is not valid JSON ({getattr(e, 'msg', e)}); rebuild the artifact") from None
+    except RecursionError:  # JSON nested thousands deep
+        raise ValueError(f"sidecar {path} is nested too deeply to be an mlit-edge sidecar; rebuild the artifact") \
+            from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ValueError(f"{path} is not an mlit-edge sidecar")
     return record
