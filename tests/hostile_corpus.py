@@ -186,24 +186,50 @@ def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     return cases
 
 
-def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, classes: list) -> Path:
+def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, classes: list, nodes=None,
+               input_type: int = 1, input_shape=None, output_shape=None) -> Path:
     """A one-MatMul classifier over 3x36x36 input with its sidecar: the graph's shapes are what the case
-    sets (a fixed batch, a symbolic class count), its weights may hold NaN."""
+    sets (a fixed batch, a symbolic class count), its weights may hold NaN. `nodes` (op, inputs, outputs,
+    attributes) replace Flatten -> MatMul; `input_type` is an ONNX element type (1: float)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     from mlit_edge.runtime.sidecar import write_sidecar
 
-    graph = helper.make_graph([helper.make_node("Flatten", ["images"], ["flat"]),
-                               helper.make_node("MatMul", ["flat", "w"], ["logits"])], name,
-                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, 36, 36])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, out_dim])],
+    nodes = nodes or [("Flatten", ["images"], ["flat"], {}), ("MatMul", ["flat", "w"], ["logits"], {})]
+    out_shape = [batch, out_dim] if output_shape is None else output_shape
+    graph = helper.make_graph([helper.make_node(op, i, o, **a) for op, i, o, a in nodes], name,
+                              [helper.make_tensor_value_info("images", input_type, input_shape or [batch, 3, 36, 36])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, out_shape)],
                               [numpy_helper.from_array(weight.astype(np.float32), "w")])
     path = folder / f"{name}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
     write_sidecar(path, {"precision": "fp32", "classes": classes,
                          "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
     return path
+
+
+def _signed_16bit_tiff(path: Path) -> Path:
+    """An 8x8 grey TIFF of signed 16-bit samples (SampleFormat 2), which Pillow widens to its 32-bit mode I."""
+    data = (np.arange(64).reshape(8, 8) * 100 - 3000).astype("<i2").tobytes()
+    tags = [(256, 8), (257, 8), (258, 16), (259, 1), (262, 1), (273, 0), (277, 1), (278, 8), (279, len(data)),
+            (339, 2)]  # width, height, bits, no compression, grey, strip offset, 1 sample, rows, bytes, signed
+    start = 8 + 2 + len(tags) * 12 + 4
+    ifd = b"".join(struct.pack("<HHII", tag, 4, 1, start if tag == 273 else value) for tag, value in tags)
+    path.write_bytes(b"II*\x00" + struct.pack("<IH", 8, len(tags)) + ifd + b"\x00" * 4 + data)
+    return path
+
+
+def _loop_body():
+    """A Loop body that passes its value through: with a trip count of 10^12 it never ends."""
+    from onnx import TensorProto, helper
+
+    value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("v_in", "v_out")]
+    cond = [helper.make_tensor_value_info(n, TensorProto.BOOL, []) for n in ("cond_in", "cond_out")]
+    return helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Identity", ["v_in"], ["v_out"])], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []), cond[0], value[0]],
+                             [cond[1], value[1]])
 
 
 def _runtime_round(folder: Path, good: Path) -> list[Case]:
@@ -250,6 +276,34 @@ def _runtime_round(folder: Path, good: Path) -> list[Case]:
                    ["predict", digit, "--model", str(_tiny_onnx(folder, "three", np.zeros((3 * 36 * 36, 3)), "N", "K",
                                                                 ten))], 1,
                    "classes lists 10 names, but the model outputs 3 logits")]
+    from onnx import TensorProto, numpy_helper
+
+    matmul = [("Flatten", ["images"], ["flat"], {}), ("MatMul", ["flat", "w"], ["z"], {})]
+    trips = numpy_helper.from_array(np.array(10 ** 12, np.int64))
+    graphs = [("int64_input", dict(nodes=[("Cast", ["images"], ["f"], {"to": TensorProto.FLOAT}),
+                                          ("Flatten", ["f"], ["flat"], {}), ("MatMul", ["flat", "w"], ["logits"], {})],
+                                   input_type=TensorProto.INT64), "the model's input is int64"),
+              ("probabilities", dict(nodes=[*matmul, ("Softmax", ["z"], ["logits"], {"axis": 1})]),
+               "'logits' output comes from a Softmax"),
+              ("loop_1e12", dict(nodes=[*matmul, ("Constant", [], ["M"], {"value": trips}),
+                                        ("Constant", [], ["c"], {"value": numpy_helper.from_array(np.array(True))}),
+                                        ("Loop", ["M", "c", "z"], ["logits"], {"body": _loop_body()})]),
+               "holds a Loop node"),
+              ("rank2_input", dict(nodes=[("MatMul", ["images", "w"], ["logits"], {})], input_shape=["N", 3888]),
+               "input has 2 dimensions"),
+              ("scalar_output", dict(nodes=[*matmul, ("ReduceSum", ["z"], ["logits"], {"keepdims": 0})],
+                                     output_shape=[]), "of rank 0"),
+              ("static_batch0", dict(input_shape=[0, 3, 36, 36], output_shape=[0, 10]), "a fixed batch of 0")]
+    for name, spec, words in graphs:
+        cases.append(Case(f"graph {name}", "runtime",
+                          ["predict", digit, "--model", str(_tiny_onnx(folder, name, wide, "N", 10, ten, **spec))], 1,
+                          words))
+    unnamed = _tiny_onnx(folder, "unnamed_nodes", np.ones((3 * 36 * 36, 10)), "N", 10, ten)
+    cases += [Case("predict a signed 16-bit TIFF", "runtime", ["predict", str(_signed_16bit_tiff(folder / "s16.tif")),
+                                                               "--model", str(good)], 2, "signed 16-bit integer"),
+              Case("build --onnx with unnamed nodes --precision fp16", "runtime",
+                   ["build", "--onnx", str(unnamed), "--precision", "fp16", "--target", "onnxruntime", "--no-eval",
+                    "--out", str(folder / "out-fp16")], 0, "unnamed_nodes-fp16.onnx")]
     return cases
 
 

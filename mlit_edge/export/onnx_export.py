@@ -31,6 +31,18 @@ PARITY_TOL = 1e-4
 ORT_SESSION = {"graph_optimization_level": "extended"}
 
 
+def raise_if_interrupted(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt if `exc` wraps one: the dynamo exporter turns Ctrl-C into its own
+    "Failed to export" error, which would otherwise read as a broken model and exit 1, not 130."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+
+
 def output_names(depth: int, probe: bool) -> list[str]:
     return ["logits"] + ([f"experts_{i}" for i in range(depth)] if probe else [])
 
@@ -59,9 +71,13 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)
     with temporary_beside(out) as tmp, quiet():
-        program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
-                                    input_names=[INPUT], output_names=names, verbose=False,
-                                    custom_translation_table=onnx_translations())
+        try:
+            program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset,
+                                        dynamic_shapes=dynamic, input_names=[INPUT], output_names=names,
+                                        verbose=False, custom_translation_table=onnx_translations())
+        except Exception as e:
+            raise_if_interrupted(e)
+            raise
         proto = program.model_proto
         meta = {"mlit_edge_version": __version__, "precision": "fp32", "classes": info["classes"],
                 "preprocess": info["preprocess"], "model": info["model"]}

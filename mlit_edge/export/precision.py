@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from .quiet import quiet
+from ..runtime.messages import typed_line
 from ..runtime.runners import load_onnx
 from ..runtime.sidecar import read_sidecar, sha256_file, user_fields
 
@@ -94,6 +95,23 @@ def _set_precision_meta(model, precision: str) -> None:
             prop.value = json.dumps(meta)
 
 
+def name_nodes(model) -> int:
+    """Give every unnamed or duplicate-named node a unique name; returns how many were renamed. ONNX
+    names are optional, but the node lists here and onnxconverter-common's cast pass key nodes by name
+    (unnamed nodes all collide on "", which its pass turns into an AttributeError)."""
+    seen: set[str] = set()
+    renamed = 0
+    for i, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            base = f"{node.op_type}_{i}"
+            name = base
+            while name in seen:
+                name += "_"
+            node.name, renamed = name, renamed + 1
+        seen.add(node.name)
+    return renamed
+
+
 def to_fp16(src: str | Path, out: str | Path) -> dict:
     """Write to `out` the fp16 ONNX of `src`, with LayerNorm, Softmax, router and head in fp32; returns its
     sidecar fields (the caller measures the file, then publishes it with them)."""
@@ -102,10 +120,15 @@ def to_fp16(src: str | Path, out: str | Path) -> dict:
 
     src, out = Path(src), Path(out)
     model = load_onnx(src)
+    name_nodes(model)
     keep = router_nodes(model) | head_nodes(model) | {n.name for n in model.graph.node if n.op_type in FP32_OPS}
-    with quiet():
-        converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
-                                                     disable_shape_infer=False)
+    try:
+        with quiet():
+            converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
+                                                         disable_shape_infer=False)
+    except Exception as e:  # the converter's own failures are tracebacks from deep inside it
+        raise ValueError(f"onnxconverter-common could not convert {src.name} to fp16 ({typed_line(e, 200)}); "
+                         "build fp32 or int8 from it instead") from None
     _set_precision_meta(converted, "fp16")
     onnx.save(converted, str(out))
     return _derived_record(src, "fp16", {"fp32_nodes": {"ops": sorted(FP32_OPS), "router_and_head": len(keep)}})

@@ -26,6 +26,7 @@ class RunnerOptions:
     threads: int | None = None
     providers: tuple[str, ...] | None = None  # ONNX Runtime execution providers
     ort_arena: bool = True
+    ort_mem_pattern: bool = True  # ONNX Runtime's planned memory pattern (off in the Classifier: memory first)
     cuda_graph: bool = False
     device: str = "cpu"  # torch
     require_sidecar: bool = True  # False: an ONNX without one opens with an empty record (bench)
@@ -72,6 +73,7 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
 
 
 def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
+    from .graph_scan import check_graph
     from .runners import OnnxRuntimeRunner
     from .schema import check_record
     from .sidecar import read_sidecar
@@ -83,8 +85,10 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
             raise
         record = {}
     check_record(record, path)
+    check_graph(content, path)
     runner = OnnxRuntimeRunner(path, threads=options.threads, providers=list(options.providers or []) or None,
                                expose_routing=options.routing, mem_arena=options.ort_arena, content=content,
+                               mem_pattern=options.ort_mem_pattern,
                                session=(record.get("onnxruntime") or {}).get("session"))
     return runner, record
 

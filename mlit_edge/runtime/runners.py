@@ -49,6 +49,7 @@ class Runner:
         self.is_active = False
         self.input_names: list[str] = []
         self.input_shape: tuple[int | None, ...] = ()  # of the first input; the batch is None when dynamic
+        self.input_dtype: str | None = None  # of the first input, as numpy names it; None if unknown
         self.output_names: list[str] = []
         self.output_shapes: dict[str, tuple[int | None, ...]] = {}  # None for a free dimension; {} if unknown
         self.route_names: list[str] = []  # outputs holding each layer's (.., K) expert indices
@@ -106,10 +107,10 @@ class OnnxRuntimeRunner(Runner):
 
     def __init__(self, path: str | Path, threads: int | None = None, providers: list[str] | None = None,
                  expose_routing: bool = False, mem_arena: bool = True, content: bytes | None = None,
-                 session: Mapping | None = None) -> None:
+                 session: Mapping | None = None, mem_pattern: bool = True) -> None:
         super().__init__()
         self.path, self.threads, self.providers = Path(path), threads, providers
-        self.expose_routing, self.mem_arena = expose_routing, mem_arena
+        self.expose_routing, self.mem_arena, self.mem_pattern = expose_routing, mem_arena, mem_pattern
         self.session_record = dict(session or {})
         self._content = content
         self._session = None
@@ -126,6 +127,9 @@ class OnnxRuntimeRunner(Runner):
         # the CPU arena keeps what the largest batch needed; without it memory goes back after each
         # call, at some latency on large batches (docs/bench.md)
         opts.enable_cpu_mem_arena = self.mem_arena
+        # the memory pattern ORT plans after a first run is allocated beside what that run left in the
+        # arena: about 95 MB more for XXS at batch 64, at no measured speed (docs/runtime.md)
+        opts.enable_mem_pattern = self.mem_pattern
         level = self.session_record.get("graph_optimization_level", "all")
         opts.graph_optimization_level = graph_level(ort, level)
         opts.log_severity_level = 3
@@ -145,6 +149,7 @@ class OnnxRuntimeRunner(Runner):
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.input_shape = tuple(d if isinstance(d, int) else None for d in first.shape)
         self.static_batch = self.input_shape[0] if self.input_shape else None
+        self.input_dtype = ORT_TYPES.get(first.type, first.type)
         self.output_names = [o.name for o in self._session.get_outputs()]  # fixed per session: infer is hot
         self.output_shapes = {o.name: tuple(d if isinstance(d, int) else None for d in o.shape)
                               for o in self._session.get_outputs()}
@@ -152,7 +157,8 @@ class OnnxRuntimeRunner(Runner):
             self.route_names = [n for n in self.output_names if n != "logits"]
         applied = self._session.get_session_options()
         self.settings = {"providers": self._session.get_providers(), "threads": applied.intra_op_num_threads or None,
-                         "cpu_mem_arena": bool(applied.enable_cpu_mem_arena), "graph_optimization_level": level}
+                         "cpu_mem_arena": bool(applied.enable_cpu_mem_arena), "mem_pattern": bool(applied.enable_mem_pattern),
+                         "graph_optimization_level": level}
 
     def deactivate_impl(self) -> None:
         self._session = None
@@ -161,6 +167,9 @@ class OnnxRuntimeRunner(Runner):
         return dict(zip(self.output_names, self._session.run(self.output_names, dict(feed))))
 
 
+# ONNX Runtime's element type names -> numpy's, for the types a classifier's input could be declared as
+ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+             "tensor(uint8)": "uint8", "tensor(int8)": "int8", "tensor(int32)": "int32", "tensor(int64)": "int64"}
 GRAPH_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
                 "all": "ORT_ENABLE_ALL"}  # the names sidecars record -> ONNX Runtime's enum members
 

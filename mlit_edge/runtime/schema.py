@@ -112,6 +112,9 @@ def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     if len(shape) != 4:
         raise SidecarError(f"{where}: the model's input has {len(shape)} dimensions, expected 4 (N, 3, H, W): not an "
                            "mlit-edge classifier")
+    if runner.input_dtype not in (None, "float32"):
+        raise SidecarError(f"{Path(path).name}: the model's input is {runner.input_dtype}, expected float32 (N, 3, H, W): not an "
+                           "mlit-edge classifier")
     if shape and isinstance(shape[0], int) and not 1 <= shape[0] <= MAX_STATIC_BATCH:
         raise SidecarError(f"{where}: the model's input has a fixed batch of {shape[0]}, expected 1 to "
                            f"{MAX_STATIC_BATCH} (each call is padded to it); rebuild it with a smaller --batch")

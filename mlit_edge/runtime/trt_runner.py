@@ -88,6 +88,7 @@ class TensorRTRunner(Runner):
         shape = engine.get_tensor_shape(self.input_names[0])[:]
         self.input_shape = tuple(None if d < 0 else int(d) for d in shape)
         self.static_batch = self.input_shape[0]
+        self.input_dtype = self._dtypes[self.input_names[0]].name
         # activation memory the engine asks for (weights are in the plan size); TensorRT 10 renamed it
         size = engine.device_memory_size_v2 if hasattr(engine, "device_memory_size_v2") \
             else engine.device_memory_size

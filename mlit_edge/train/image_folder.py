@@ -70,7 +70,7 @@ def read_images(paths: list, size: int, max_pixels: int | None = DEFAULT_MAX_PIX
     out = np.empty((len(paths), size, size, 3), np.uint8)
     for i, p in enumerate(paths):
         try:
-            out[i] = resize_images([load_image(p, max_pixels)], size)[0]
+            out[i] = resize_images([load_image(p, max_pixels, keep_grey=True)], size)[0]
         except InputError as e:
             raise ValueError(f"cannot read image {e}") from None
     return out

@@ -252,3 +252,60 @@ def test_deploy_graph_is_lean_and_free_of_shape_arithmetic(exported, tmp_path, b
     assert not ops & {"Shape", "Concat", "Expand", "Range", "ConstantOfShape", "Where"}
     per_layer = nodes_per_layer(graph)
     assert len(per_layer) == model.cfg.depth and max(per_layer) <= 30 + (2 if "experts_0" in str(graph.graph.output) else 0)
+
+
+def test_ctrl_c_inside_the_exporter_is_an_interruption_not_a_failed_export(tiny_cfg, tmp_path, monkeypatch):
+    """The dynamo exporter wraps KeyboardInterrupt in its own "Failed to export" error; export must
+    still stop as interrupted (exit 130), with nothing published."""
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise RuntimeError("Failed to export the model with torch.export.") from e
+
+    monkeypatch.setattr(torch.onnx, "export", interrupted)
+    info = {"classes": [str(i) for i in range(tiny_cfg.num_classes)], "model": {"size": "custom"},
+            "preprocess": {"size": tiny_cfg.img_size, "mean": [0.5] * 3, "std": [0.5] * 3}}
+    with pytest.raises(KeyboardInterrupt):
+        export_onnx(MLiT(tiny_cfg).eval(), tmp_path / "m.onnx", info)
+    assert list(tmp_path.iterdir()) == []
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to export the model with torch.export.")
+
+    monkeypatch.setattr(torch.onnx, "export", broken)  # a real failure stays one
+    with pytest.raises(RuntimeError, match="Failed to export"):
+        export_onnx(MLiT(tiny_cfg).eval(), tmp_path / "m.onnx", info)
+
+
+def test_fp16_of_a_graph_with_unnamed_nodes(tmp_path):
+    """ONNX node names are optional; onnxconverter-common's cast pass keys nodes by name and raised an
+    AttributeError on a graph whose nodes have none."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlit_edge.export.precision import name_nodes
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    w = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Flatten", ["images"], ["flat"]),
+                               helper.make_node("MatMul", ["flat", "w"], ["logits"]),
+                               helper.make_node("Relu", ["logits"], ["unused"])], "g",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 2, 2])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.graph.node[2].name = "dup"
+    model.graph.node[1].name = "dup"
+    src = tmp_path / "g.onnx"
+    onnx.save(model, src)
+    write_sidecar(src, {"precision": "fp32", "classes": list("abcd"),
+                        "preprocess": {"size": 2, "mean": [0.5] * 3, "std": [0.5] * 3}})
+    to_fp16(src, tmp_path / "g16.onnx")
+    out = onnx.load(str(tmp_path / "g16.onnx"))
+    names = [n.name for n in out.graph.node]
+    assert all(names) and len(set(names)) == len(names)
+    x = np.random.default_rng(1).standard_normal((2, 3, 2, 2)).astype(np.float32)
+    with OnnxRuntimeRunner(tmp_path / "g16.onnx") as r:
+        np.testing.assert_allclose(r.infer({"images": x})["logits"], x.reshape(2, -1) @ w, atol=2e-2)
+    assert name_nodes(out) == 0  # already unique: nothing renamed

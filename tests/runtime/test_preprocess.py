@@ -91,3 +91,24 @@ def test_the_banded_filter_is_the_dense_one_and_memory_follows_the_pixels():
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert (out == 7).all() and peak < 40 << 20, peak
+
+
+@pytest.mark.parametrize("mode", ["L", "1", "LA", "I;16"])
+def test_grey_files_kept_as_one_channel_resize_exactly_as_rgb(tmp_path, mode):
+    """load_image(keep_grey=True), which the Classifier and the ImageFolder reader use, holds a grey file
+    in a third of the memory and resizes to the very pixels the RGB conversion gives."""
+    from PIL import Image
+
+    from mlit_edge.runtime.images import load_image
+
+    rng = np.random.default_rng(0)
+    if mode == "I;16":
+        img = Image.fromarray(rng.integers(0, 65536, (50, 70), dtype=np.uint16))
+    else:
+        img = Image.fromarray(rng.integers(0, 256, (50, 70), dtype=np.uint8)).convert(mode)
+    path = tmp_path / "g.png"
+    img.save(path)
+    grey, rgb = load_image(path, keep_grey=True), load_image(path)
+    assert grey.shape == (50, 70, 1) and rgb.shape == (50, 70, 3)
+    assert np.array_equal(np.repeat(grey, 3, axis=2), rgb)
+    assert np.array_equal(resize_images([grey], 36), resize_images([rgb], 36))

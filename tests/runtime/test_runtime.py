@@ -107,6 +107,13 @@ def test_arena_off_predicts_the_same(model_onnx):
         assert on.runner.settings["cpu_mem_arena"] is True  # read back from the session's own options
         assert off.runner.settings["cpu_mem_arena"] is False
         assert np.array_equal(on.logits(on.preprocess(x)), off.logits(off.preprocess(x)))
+        assert on.runner.settings["mem_pattern"] is False  # the Classifier puts memory first
+        batch = on.preprocess(x)
+        with OnnxRuntimeRunner(model_onnx) as plain:  # bench's runner keeps ONNX Runtime's default
+            assert plain.settings["mem_pattern"] is True
+            # the planned memory can place buffers at other alignments, which moves the last float bit
+            np.testing.assert_allclose(plain.infer({plain.input_name: batch})["logits"], on.logits(batch),
+                                       rtol=0, atol=1e-5)
 
 
 def test_bad_input_is_a_clear_error_and_the_classifier_survives(model_onnx, tmp_path):

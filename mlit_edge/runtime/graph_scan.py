@@ -1,0 +1,124 @@
+"""What an ONNX file's graph holds, read from its bytes before ONNX Runtime is handed them.
+
+The runtime refuses two kinds of graph that mlit-edge never exports and that ONNX Runtime would run
+without complaint: control flow (`Loop`, `If`, `Scan`, or any node carrying a subgraph), whose run
+time a file can make unbounded (a Loop of 10^12 steps hangs a call), and a `logits` output that is
+already probabilities (a Softmax on it), which the runtime's own softmax would flatten into wrong
+confidences. The scan reads protobuf's wire format directly, because a device with ONNX Runtime need
+not have the `onnx` package, and it skips the weights by their lengths, so it costs milliseconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+CONTROL_FLOW = ("Loop", "If", "Scan")
+PROBABILITIES = ("Softmax", "LogSoftmax", "Sigmoid")
+PASS_THROUGH = ("Identity", "Cast")  # ops that leave a value's meaning as it was
+
+# field numbers in onnx.proto (ModelProto.graph, GraphProto.node, NodeProto.*, AttributeProto.*)
+_MODEL_GRAPH, _GRAPH_NODE = 7, 1
+_NODE_INPUT, _NODE_OUTPUT, _NODE_OP, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 2, 4, 5, 7
+_ATTR_GRAPH, _ATTR_GRAPHS = 6, 11
+
+
+class GraphError(ValueError):
+    """A graph the runtime will not run: the message says which node and why."""
+
+
+@dataclass
+class Node:
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    subgraph: bool  # an attribute holds a graph (the body of Loop, If, Scan or a custom op)
+
+
+def _varint(buf: memoryview, i: int, end: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if i >= end or shift > 63:
+            raise GraphError("malformed protobuf varint")
+        byte = buf[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if byte < 0x80:
+            return value, i
+
+
+def _fields(buf: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of each length-delimited field in buf[start:end]; others skipped."""
+    i = start
+    while i < end:
+        key, i = _varint(buf, i, end)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(buf, i, end)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, i = _varint(buf, i, end)
+            if i + n > end:
+                raise GraphError("malformed protobuf: a field runs past its message")
+            yield field, i, i + n
+            i += n
+        else:
+            raise GraphError(f"malformed protobuf: wire type {wire}")
+    if i != end:
+        raise GraphError("malformed protobuf: a field runs past its message")
+
+
+def _text(buf: memoryview, start: int, end: int) -> str:
+    return bytes(buf[start:end]).decode("utf-8", "replace")
+
+
+def nodes(content: bytes) -> list[Node]:
+    """The top-level nodes of the ONNX model in `content`."""
+    buf = memoryview(content)
+    out: list[Node] = []
+    for field, start, end in _fields(buf, 0, len(buf)):
+        if field != _MODEL_GRAPH:
+            continue
+        for gfield, gstart, gend in _fields(buf, start, end):
+            if gfield != _GRAPH_NODE:
+                continue
+            node = Node("", "", [], [], False)
+            for nfield, nstart, nend in _fields(buf, gstart, gend):
+                if nfield == _NODE_OP:
+                    node.op_type = _text(buf, nstart, nend)
+                elif nfield == _NODE_DOMAIN:
+                    node.domain = _text(buf, nstart, nend)
+                elif nfield == _NODE_INPUT:
+                    node.inputs.append(_text(buf, nstart, nend))
+                elif nfield == _NODE_OUTPUT:
+                    node.outputs.append(_text(buf, nstart, nend))
+                elif nfield == _NODE_ATTRIBUTE:
+                    node.subgraph |= any(a in (_ATTR_GRAPH, _ATTR_GRAPHS) for a, _, _ in _fields(buf, nstart, nend))
+            out.append(node)
+    return out
+
+
+def check_graph(content: bytes, path: str | Path, output: str = "logits") -> list[Node]:
+    """Refuse, in one line, a graph with control flow or whose `output` is already probabilities;
+    returns its nodes."""
+    name = Path(path).name
+    try:
+        found = nodes(content)
+    except GraphError as e:
+        raise GraphError(f"{name}: not a readable ONNX model ({e})") from None
+    for node in found:
+        if node.op_type in CONTROL_FLOW or node.subgraph:
+            raise GraphError(f"{name}: the graph holds a {node.op_type} node (control flow, a subgraph), which "
+                             "mlit-edge never exports and whose run time the file can make unbounded; refusing it")
+    producer = {o: n for n in found for o in n.outputs}
+    node, seen = producer.get(output), 0
+    while node is not None and node.op_type in PASS_THROUGH and node.inputs and seen < len(found):
+        node, seen = producer.get(node.inputs[0]), seen + 1
+    if node is not None and node.op_type in PROBABILITIES and node.domain in ("", "ai.onnx"):
+        raise GraphError(f"{name}: the model's '{output}' output comes from a {node.op_type}, so it is already "
+                         "probabilities; the runtime expects logits (it applies the softmax itself)")
+    return found
