@@ -78,7 +78,7 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
     assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
     assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2", "round3",
                                           "device", "runtime"}
-    assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 106
+    assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 109
 
 
 def test_bomb_in_a_list_of_files_leaves_the_good_ones_classified(good, tmp_path):
@@ -215,23 +215,23 @@ def test_a_kill_between_the_renames_of_a_pair_leaves_the_old_pair_or_the_new(goo
     out = tmp_path / "out"
     args = ["build", "--checkpoint", str(ckpt), "--precision", "fp32", "--target", "onnxruntime", "--no-eval",
             "--out", str(out)]
-    first = subprocess.run([*CLI, *args, "--opset", "19"], capture_output=True, text=True, env=ENV)
+    first = subprocess.run([*CLI, *args, "--batch", "2"], capture_output=True, text=True, env=ENV)
     assert first.returncode == 0, first.stderr[-2000:]
-    target = out / "mlit-xxs-custom-fp32.onnx"
-    old = (sha(target), read_sidecar(target)["opset"])
+    target = out / "mlit-xxs-custom-fp32-ort.onnx"
+    old = sha(target)
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(KILL_AT.format(suffix=suffix))
-    killed = subprocess.run([*CLI, *args, "--opset", "18"], capture_output=True, text=True,
+    killed = subprocess.run([*CLI, *args, "--batch", "1"], capture_output=True, text=True,
                             env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     record = read_sidecar(target)  # verifies the sha256 of the artifact on disk against the sidecar it picks
-    assert (record["opset"] == 19 and sha(target) == old[0]) if which == "old" else record["opset"] == 18
+    assert (record["batch"] == 2 and sha(target) == old) if which == "old" else record["batch"] == 1
     with Classifier.load(target) as clf:
         assert clf.predict([np.zeros((28, 28), np.uint8)])[0].prob > 0
-    done = subprocess.run([*CLI, *args, "--opset", "18"], capture_output=True, text=True, env=ENV)
+    done = subprocess.run([*CLI, *args, "--batch", "1"], capture_output=True, text=True, env=ENV)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert read_sidecar(target)["opset"] == 18 and not list(out.glob(".*"))
+    assert read_sidecar(target)["batch"] == 1 and not list(out.glob(".*"))
 
 
 @pytest.mark.slow
@@ -307,7 +307,7 @@ def test_a_checkpoint_s_size_field_never_names_a_file(trained_checkpoint, tmp_pa
     assert proc.returncode == 0, proc.stderr[-1500:]
     made = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file() and p != evil)
     stem = "mlit-xxs-custom" if claimed == "xxs" else "mlit-custom"  # the tiny config is not XXS's; others: custom
-    assert made == [f"out/{stem}-fp32.onnx", f"out/{stem}-fp32.onnx.json"], made
+    assert made == [f"out/{stem}-fp32-ort.onnx", f"out/{stem}-fp32-ort.onnx.json"], made
     assert "\x1b" not in proc.stderr + proc.stdout + "".join(made)
 
 

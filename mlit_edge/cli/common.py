@@ -88,5 +88,6 @@ def log(line: str) -> None:
 
 SIZE = click.option("--size", default="xxs", show_default=True, callback=check_size,
                     help=f"Model size, one of: {', '.join(SIZES)}.")
-OPSET = click.option("--opset", default=DEFAULT_OPSET, show_default=True, type=click.IntRange(OPSETS[0], OPSETS[-1]))
+OPSET = click.option("--opset", default=DEFAULT_OPSET, show_default=True, type=click.IntRange(OPSETS[0], OPSETS[-1]),
+                     help="ONNX opset of the portable graph (TensorRT's); ONNX Runtime's fused one is opset 23.")
 

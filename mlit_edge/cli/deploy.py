@@ -64,7 +64,9 @@ def export(**kw) -> None:
               help="Build from an exported ONNX (e.g. calibrated on the workstation, copied to the device).")
 @click.option("--target", default="auto", show_default=True,
               type=click.Choice(["auto", "tensorrt", "tensorrt-rtx", "onnxruntime"]),
-              help="auto: TensorRT where it imports, else the ONNX for ONNX Runtime.")
+              help="auto: TensorRT where it imports, else the ONNX for ONNX Runtime. onnxruntime's fp32 and INT8 "
+                   "(NAME-fp32-ort.onnx, NAME-int8-ort.onnx) hold its fused attention kernel (opset 23, ONNX "
+                   "Runtime 1.23 or newer), which TensorRT refuses; fp16 stays the portable graph.")
 @click.option("--frontend", default="onnx", show_default=True, type=click.Choice(["onnx", "torch-tensorrt"]),
               help="torch-tensorrt compiles to_deploy(model) with torch-tensorrt (CUDA workstations, fp32/fp16).")
 @click.option("--batch", default=None, type=click.IntRange(min=1),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..export import PRECISIONS
 from ..export.names import artifact_name
-from ..export.pipeline import ExportOptions, export_stage
+from ..export.pipeline import ExportOptions, export_stage, fp32_base
 from ..export.source import Source, open_source
 from ..runtime.artifact import BATCH_PROFILE, torch_available
 from ..runtime.trt_env import import_trt, local_env
@@ -100,6 +100,7 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
     """
+    from ..runtime.graph_scan import check_not_onnxruntime_only
     from ..runtime.schema import check_runtime
 
     target, note = resolve_target(req.target, req.frontend)
@@ -117,6 +118,8 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     source = source or open_source(req, req.onnx)
     if source.onnx:
         check_runtime(source.record, runtime, source.onnx)
+        if runtime == "tensorrt":  # a foreign file without our sidecar can still be the ONNX Runtime flavour
+            check_not_onnxruntime_only(source.onnx.read_bytes(), source.onnx)
     if source.precision not in ("fp32", req.precision):
         raise ValueError(f"--onnx {req.onnx} is {source.precision}; it can only be built as {source.precision} "
                          f"(or pass the fp32 ONNX to make a {req.precision} one)")
@@ -127,8 +130,9 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     out = Path(req.out)
     plan = out / artifact_name(source.stem, req.precision, ".plan")
     engine = trt is not None or req.frontend == "torch-tensorrt"
-    with export_stage(req, source, out / artifact_name(source.stem, "fp32"), (req.precision,), runtime,
-                      more_outputs=(plan,) if engine else ()) as exported:
+    fp32, attention = fp32_base(out, source.stem, req.precision, runtime)
+    with export_stage(req, source, fp32, (req.precision,), runtime, more_outputs=(plan,) if engine else (),
+                      attention=attention) as exported:
         final = exported.variants[req.precision]
         notes = [note] if note else []
         if not engine:

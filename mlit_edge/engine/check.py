@@ -38,8 +38,10 @@ def check(path: str | Path, build: bool = True) -> Report:
     except SidecarError as e:
         rep.problems.append(str(e))
         return rep
-    trt = import_trt() if build else None
-    if trt is None:
+    trt = import_trt() if build and not rep.onnxruntime_ops else None
+    if rep.onnxruntime_ops:
+        rep.notes.append("parse and build skipped: TensorRT has no kernels for ONNX Runtime's own ops")
+    elif trt is None:
         rep.notes.append("no tensorrt / tensorrt_rtx installed: parse and build skipped "
                          "(pip install 'mlit-edge[trt-check]')")
     else:

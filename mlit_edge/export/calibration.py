@@ -160,16 +160,19 @@ def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
                              f"{tokens * available // used}; its ranges rest on few samples")
                 warnings.append(f"layer {layer} expert {e}: only {tokens} calibration tokens (< {min_tokens}); {hint}")
     return {"images": used, "min_tokens": min_tokens, "tokens": [c.tolist() for c in counts],
-            "share": [(c / max(1, c.sum())).round(4).tolist() for c in counts], "warnings": warnings}
+            "share": [(c / max(1, c.sum())).round(4).tolist() for c in counts], "warnings": warnings,
+            "routed_tokens": [int(r.shape[1]) for r in routes]}  # per image, in each layer
 
 
 def format_coverage(cov: dict) -> str:
     """Per-layer table: tokens (share) per expert, lowest marked."""
-    lines = [f"routing coverage on {cov['images']} calibration images (tokens per expert, warn below "
-             f"{cov['min_tokens']}):"]
+    floor = f"warn below {cov['min_tokens']}" if cov["min_tokens"] else "no minimum: nothing is calibrated"
+    lines = [f"routing coverage on {cov['images']} calibration images (tokens per expert, {floor}):"]
+    routed = cov.get("routed_tokens") or [0] * len(cov["tokens"])
     for layer, (tokens, share) in enumerate(zip(cov["tokens"], cov["share"])):
         cells = " ".join(f"{t:>7d} ({s:4.0%}){'!' if t < cov['min_tokens'] else ' '}" for t, s in zip(tokens, share))
-        lines.append(f"  layer {layer:2d}: {cells}")
+        alone = "  (the dummy token alone)" if routed[layer] < max(routed) else ""  # the fused graph's last layer
+        lines.append(f"  layer {layer:2d}: {cells}{alone}")
     lines += [f"  warning: {w}" for w in cov["warnings"]]
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import OPSETS
+from ..runtime.graph_scan import onnxruntime_ops
 from ..runtime.messages import first_line
 
 DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
@@ -28,6 +29,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     layer_nodes: list[int] = field(default_factory=list)  # ONNX nodes of each encoder layer, in order
     build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
+    onnxruntime_ops: dict[str, int] = field(default_factory=dict)  # ops only ONNX Runtime runs (no build is tried)
 
     @property
     def ok(self) -> bool:
@@ -91,7 +93,13 @@ def static_checks(path: str | Path) -> Report:
     model = _load(path)
     rep = Report(str(path))
     rep.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if rep.opset not in OPSETS:
+    rep.onnxruntime_ops = onnxruntime_ops((n.op_type, n.domain) for n in model.graph.node)
+    if rep.onnxruntime_ops:  # one line for the cause (its opset 23 is part of it)
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(rep.onnxruntime_ops.items()))
+        rep.problems.append(f"ONNX Runtime's own ops ({ops}): TensorRT cannot parse them; this is the ONNX Runtime "
+                            "flavour (fused attention), so build TensorRT's from the checkpoint or the portable fp32 "
+                            "ONNX (opset 18-20)")
+    elif rep.opset not in OPSETS:
         rep.problems.append(f"opset {rep.opset}: use {OPSETS[0]}-{OPSETS[-1]} (native LayerNormalization, "
                             "no opset-23 Attention)")
     for node in model.graph.node:
@@ -99,9 +107,7 @@ def static_checks(path: str | Path) -> Report:
     rep.layer_nodes = nodes_per_layer(model)
     for op in sorted(set(rep.ops) & DENIED):
         rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
-    if "Attention" in rep.ops:
-        rep.problems.append("the opset-23 Attention op: TensorRT-RTX cannot build it; export at opset 18-20")
-    foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx")}
+    foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx", "com.microsoft")}
     if foreign:
         rep.notes.append(f"custom op domains {sorted(foreign)}: TensorRT needs plugins for them")
 

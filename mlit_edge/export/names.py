@@ -5,7 +5,9 @@ from pathlib import Path
 
 from . import PRECISIONS
 
-FLAVOURS = {("int8", "onnxruntime"): "int8-ort"}  # precisions made differently for one runtime
+# precisions made differently for one runtime: ONNX Runtime's fp32 has its fused attention kernels, and its
+# INT8 (made from that fp32) integer matmuls for its CPU kernels
+FLAVOURS = {("fp32", "onnxruntime"): "fp32-ort", ("int8", "onnxruntime"): "int8-ort"}
 
 
 def artifact_stem(path: str | Path) -> str:

@@ -1,5 +1,9 @@
 """`to_deploy(model)` -> ONNX (dynamo exporter, opset 18-20), checked against PyTorch before it is published.
 
+The attention form decides the flavour: "grouped" is the portable graph (TensorRT, any runtime); a fused
+form (`ATTENTION_FORMS`, `fused_attention`) is ONNX Runtime's, whose sidecar says so (`runtime`,
+`attention`, and the oldest ONNX Runtime that runs it).
+
 The ONNX carries its provenance twice: in `metadata_props` (travels with the file) and in the
 `model.onnx.json` sidecar. Every export runs itself through ONNX Runtime and compares with the
 eval-mode PyTorch model before it is declared done.
@@ -20,7 +24,7 @@ from ..model.mlit import MLiT
 from ..runtime.artifact import INPUT
 from ..runtime.runners import OnnxRuntimeRunner
 from ..runtime.sidecar import publish, temporary_beside
-from . import DEFAULT_OPSET, OPSETS
+from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
 from .quiet import quiet
 from .static import onnx_translations, to_deploy
 from .torch_runner import TorchRunner
@@ -51,13 +55,26 @@ def _input_shape(model: MLiT) -> tuple[None, int, int, int]:
     return None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size
 
 
+def attention_record(attention: str) -> dict:
+    """What an export's sidecar says of its attention and the runtime it is for."""
+    if attention == GROUPED:
+        return {"runtime": "any", "attention": {"form": GROUPED, "op": "MatMul, Softmax, MatMul (portable)"},
+                "onnxruntime": {"session": ORT_SESSION}}
+    form = ATTENTION_FORMS[attention]
+    return {"runtime": "onnxruntime",
+            "attention": {"form": attention, "op": form.op, "kv_heads_repeated": form.repeat_kv},
+            "onnxruntime": {"session": ORT_SESSION, "requires": form.onnxruntime}}
+
+
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
-                probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None) -> dict:
+                probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
+                attention: str = GROUPED) -> dict:
     """Export `model` to `out` with its sidecar, published together once checked; returns the record.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
     outputs every layer's top-k expert indices. `measure(path, record)` adds fields (e.g. accuracy)
-    measured on the file before it is published.
+    measured on the file before it is published. `attention`: "grouped" (portable) or a fused form for
+    ONNX Runtime, which sets the opset where the form needs its own (opset 23 for "onnx").
     """
     import onnx
 
@@ -66,7 +83,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     if batch is not None and batch < 1:
         raise ValueError("batch must be at least 1")
     out = Path(out)
-    deployed = to_deploy(model, probe=probe)
+    deployed = to_deploy(model, probe=probe, attention=attention)
+    opset = export_opset(attention, opset)
     names = output_names(model.cfg.depth, probe)
     example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)
@@ -74,7 +92,7 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         try:
             program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset,
                                         dynamic_shapes=dynamic, input_names=[INPUT], output_names=names,
-                                        verbose=False, custom_translation_table=onnx_translations())
+                                        verbose=False, custom_translation_table=onnx_translations(attention))
         except Exception as e:
             raise_if_interrupted(e)
             raise
@@ -84,8 +102,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         onnx.helper.set_model_props(proto, {"mlit_edge": json.dumps(meta)})
         onnx.save(proto, str(tmp))
         parity = verify_onnx(tmp, model, batch, probe) if check else None
-        record = {**info, "precision": "fp32", "runtime": "any", "onnxruntime": {"session": ORT_SESSION},
-                  "opset": opset, "batch": batch or "dynamic", "probe": probe,
+        record = {**info, "precision": "fp32", **attention_record(attention), "opset": opset,
+                  "batch": batch or "dynamic", "probe": probe,
                   "inputs": {INPUT: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
                   "outputs": names, "parity": parity, "torch_version": torch.__version__,
                   "onnx_version": onnx.__version__}
@@ -125,7 +143,7 @@ _REFERENCES: "weakref.WeakKeyDictionary[MLiT, tuple[str, tuple]]" = weakref.Weak
 
 
 def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tuple[np.ndarray, list, list]:
-    """The eval-mode PyTorch model's logits, each layer's clean top-k (B, N, K) and median clean margin on
+    """The eval-mode PyTorch model's logits, each layer's clean top-k (B, N, K) and clean margins (B, N) on
     `images`; computed once per model and set of images (a build makes several variants of one model),
     in chunks (one 1000-image batch holds its attention maps at once and runs slower)."""
     key = hashlib.sha1(np.ascontiguousarray(images).view(np.uint8)).hexdigest()
@@ -138,10 +156,10 @@ def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tupl
                 out, aux = model.eval()(x, return_aux=True)
                 logits.append(out.numpy())
                 routes.append([r.clean_i.view(len(x), -1, r.clean_i.shape[-1]).numpy() for r in aux.routings])
-                margins.append([r.margin.reshape(-1) for r in aux.routings])
+                margins.append([r.margin.reshape(len(x), -1).numpy() for r in aux.routings])
         layers = range(len(routes[0]))
         outputs = (np.concatenate(logits), [np.concatenate([r[i] for r in routes]) for i in layers],
-                   [float(torch.cat([m[i] for m in margins]).median()) for i in layers])
+                   [np.concatenate([m[i] for m in margins]) for i in layers])
         _REFERENCES[model] = (key, outputs)
     return outputs
 
@@ -156,10 +174,13 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True) as run:
         got, routes = predict_all(run, images, routes=True)
     want, ref_routes, margins = reference_outputs(model, images)
+    # the median margin of the tokens each layer routes (the fused graph's last layer: the dummy token alone)
+    medians = [float(np.median(m[:, m.shape[1] - r.shape[1]:])) for m, r in zip(margins, routes)]
     err = np.abs(got - want)
     return {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
             "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),
             "routing_agreement": [round(a, 5) for a in routing_agreement(routes, ref_routes)],
-            "margin_median": [round(m, 5) for m in margins],
+            "margin_median": [round(m, 5) for m in medians],
+            "routed_tokens": [int(r.shape[1]) for r in routes],  # per image, in each layer
             "reference": "eval-mode PyTorch model, fp32"}
 

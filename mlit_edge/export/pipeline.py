@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Iterator
 
 from ..runtime.artifact import torch_available
-from . import DEFAULT_OPSET, OPSETS, PRECISIONS
+from . import DEFAULT_OPSET, GROUPED, OPSETS, ORT_ATTENTION, PRECISIONS, export_opset
 from .calibration import MIN_EXPERT_TOKENS
 from .source import Source, open_source
-from .names import variant_path
+from .names import FLAVOURS, artifact_name, variant_path
 from .variants import Variant, make_variant, measure
 
 logger = logging.getLogger(__name__)
@@ -81,13 +81,22 @@ class Exported:
     variants: dict[str, Variant]  # by precision; fp32 included
 
 
+def fp32_base(folder: Path, stem: str, precision: str, runtime: str) -> tuple[Path, str]:
+    """The fp32 export that `precision` for `runtime` is made from, and its attention form: ONNX Runtime's
+    fp32 and INT8 start from its fused graph (STEM-fp32-ort.onnx), everything else from the portable one."""
+    if (precision, runtime) in FLAVOURS:
+        return folder / artifact_name(stem, "fp32", runtime=runtime), ORT_ATTENTION
+    return folder / artifact_name(stem, "fp32"), GROUPED
+
+
 @contextlib.contextmanager
 def export_stage(opts: ExportOptions, source: Source, fp32: Path, precisions: tuple[str, ...],
-                 runtime: str = "tensorrt", probe: bool = False,
-                 more_outputs: tuple[Path, ...] = ()) -> Iterator[Exported]:
+                 runtime: str = "tensorrt", probe: bool = False, more_outputs: tuple[Path, ...] = (),
+                 attention: str = GROUPED) -> Iterator[Exported]:
     """The export stage in the folder of `fp32`, locked for this writer while the caller works inside
     (a build adds its plan there): every output checked first (none replaces an artifact of another
-    source unless `opts.force`), then `export_artifacts`. `more_outputs`: what the caller will write."""
+    source unless `opts.force`), then `export_artifacts`. `more_outputs`: what the caller will write.
+    `attention`: the fp32 export's attention form (`fp32_base`)."""
     from ..runtime.outputs import guard_replace, output_folder
 
     if opts.batch is not None:
@@ -100,33 +109,39 @@ def export_stage(opts: ExportOptions, source: Source, fp32: Path, precisions: tu
                                                      if p != source.precision]
         for path in (*planned, *more_outputs):
             guard_replace(path, source.record, opts.force)
-        yield export_artifacts(opts, source, fp32, precisions, runtime, probe)
+        yield export_artifacts(opts, source, fp32, precisions, runtime, probe, attention)
 
 
 def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions: tuple[str, ...],
-                     runtime: str = "tensorrt", probe: bool = False) -> Exported:
+                     runtime: str = "tensorrt", probe: bool = False, attention: str = GROUPED) -> Exported:
     """The stage's three steps, into the folder of `fp32` (locked by the caller: `export_stage`): the fp32
     ONNX, each variant of `precisions`, and what each computes (parity against PyTorch, top-1 on the
     held-out split).
 
     `runtime` picks each precision's flavour (`names.FLAVOURS`): the INT8 of a TensorRT target is QDQ in
-    TensorRT's recipe, that of ONNX Runtime integer matmuls."""
+    TensorRT's recipe, that of ONNX Runtime integer matmuls. `attention` is the fp32 export's form: the
+    portable "grouped", or a fused kernel for ONNX Runtime (`export.ATTENTION_FORMS`)."""
     folder = fp32.parent
     # 1. the fp32 ONNX (or the given one)
     if source.onnx:
         fp32 = source.onnx
         logger.info(f"[export 1/3] source ONNX {fp32} ({source.precision})")
-    elif source.reusable(fp32, opts.opset, opts.batch, probe):
-        logger.info(f"[export 1/3] reusing {fp32}: same checkpoint, opset and batch, checked against PyTorch when "
-                    "written")
+    elif source.reusable(fp32, export_opset(attention, opts.opset), opts.batch, probe, attention):
+        logger.info(f"[export 1/3] reusing {fp32}: same checkpoint, opset, batch and attention, checked against "
+                    "PyTorch when written")
     else:
         from .onnx_export import export_onnx
 
-        logger.info(f"[export 1/3] {fp32} (opset {opts.opset}, batch {opts.batch or 'dynamic'}) and its check "
-                    "against PyTorch")
+        fused = "" if attention == GROUPED else f", attention fused for ONNX Runtime ({attention})"
+        if export_opset(attention, opts.opset) != opts.opset and opts.opset != DEFAULT_OPSET:
+            logger.info(f"note: --opset {opts.opset} is the portable graph's; ONNX Runtime's fused attention "
+                        f"needs opset {export_opset(attention, opts.opset)}")
+        logger.info(f"[export 1/3] {fp32} (opset {export_opset(attention, opts.opset)}, batch {opts.batch or 'dynamic'}"
+                    f"{fused}) and its check against PyTorch")
         evaluate = opts.evaluate and "fp32" in precisions  # a variant's own accuracy is what counts
         rec = export_onnx(source.model, fp32, source.record, opset=opts.opset, batch=opts.batch, probe=probe,
-                          measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None))
+                          measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None),
+                          attention=attention)
         logger.info(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
     # 2-3. the precision variants, each measured before it is published
     from ..runtime.sidecar import read_sidecar
@@ -165,4 +180,4 @@ def run_export(req: ExportRequest) -> list[Path]:
         return [exported.variants[p].path for p in precisions]
 
 
-__all__ = ["ExportOptions", "ExportRequest", "Exported", "export_artifacts", "export_stage", "run_export"]
+__all__ = ["ExportOptions", "ExportRequest", "Exported", "export_artifacts", "export_stage", "fp32_base", "run_export"]

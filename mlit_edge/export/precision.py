@@ -83,8 +83,9 @@ def _derived_record(src: Path, precision: str, extra: dict) -> dict:
     record = user_fields(read_sidecar(src))
     for measured in ("parity", "accuracy"):  # the fp32 export's figures; the variant gets its own
         record.pop(measured, None)
+    # a variant runs where its source runs (a fused ONNX Runtime graph stays ONNX Runtime's), unless it narrows it
     return {**record, "precision": precision, "source_onnx": src.name, "source_onnx_sha256": sha256_file(src),
-            "runtime": "any", **extra}
+            "runtime": record.get("runtime", "any"), **extra}
 
 
 def _set_precision_meta(model, precision: str) -> None:
@@ -171,6 +172,9 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
+    if read_sidecar(src).get("runtime", "any") not in ("any", "tensorrt"):
+        raise ValueError(f"{src.name} is ONNX Runtime's graph (fused attention); TensorRT's INT8 is made from the "
+                         "portable fp32 export: mlit-edge build ... --target tensorrt")
     model = load_onnx(src)
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
     input_name = model.graph.input[0].name

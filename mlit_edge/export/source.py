@@ -130,9 +130,9 @@ class Source:
                 cfg = MLiTConfig()
         check_batch_fits(cfg, batch, option)
 
-    def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool) -> bool:
-        """Whether `fp32` is already this checkpoint's export, from the same opset, batch and mlit-edge version
-        (it was checked against PyTorch when written)."""
+    def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool, attention: str = "grouped") -> bool:
+        """Whether `fp32` is already this checkpoint's export, from the same opset, batch, attention form and
+        mlit-edge version (it was checked against PyTorch when written)."""
         from .. import __version__
         from ..runtime.sidecar import read_sidecar
 
@@ -146,6 +146,7 @@ class Source:
         return (rec.get("checkpoint_sha256") == sha and rec.get("opset") == opset
                 and rec.get("batch") == (batch or "dynamic") and rec.get("probe") is probe
                 and rec.get("mlit_edge_version") == __version__
+                and (rec.get("attention") or {}).get("form", "grouped") == attention
                 and (rec.get("parity") or {}).get("max_abs_err") is not None)
 
 

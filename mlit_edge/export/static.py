@@ -14,6 +14,9 @@ in the fewest graph nodes we found, since on a Jetson every unfused layer is a k
   experts' activations before the shared V and W2, exact because a token's gates sum to 1; no
   token is dropped and no capacity factor exists; other sharing arrangements get the general form;
 - dropout and drop-path are gone.
+`to_deploy(model, attention=FORM)` writes each layer's attention core as one ONNX Runtime kernel
+instead (`fused_attention`, the ONNX Runtime flavour), and computes its last layer for the dummy token
+alone; everything else is the same graph.
 Letters: B batch, N tokens, D width, E experts, K chosen, H query heads, G key/value heads,
 R = H/G query heads per group, C head size, T = B*N tokens, F hidden size.
 """
@@ -29,6 +32,8 @@ from torch import Tensor, nn
 from ..model.attention import Attention
 from ..model.mlit import MLiT
 from ..model.moe import MoE, mix_experts
+from . import ATTENTION_FORMS, GROUPED
+from .fused_attention import FusedAttention, translations
 
 
 @torch.library.custom_op("mlit_edge::one_hot", mutates_args=())
@@ -42,14 +47,15 @@ def _(indices: Tensor, depth: int) -> Tensor:
     return indices.new_empty((*indices.shape, depth), dtype=torch.float32)
 
 
-def onnx_translations() -> dict:
-    """How the exporter writes this module's own ops in ONNX."""
+def onnx_translations(attention: str = GROUPED) -> dict:
+    """How the exporter writes this module's own ops in ONNX, with the attention in form `attention`."""
     from onnxscript import opset18 as op
 
     def one_hot_onnx(indices, depth: int):
         return op.OneHot(indices, op.Constant(value_int=depth), op.Constant(value_floats=[0.0, 1.0]), axis=-1)
 
-    return {torch.ops.mlit_edge.one_hot.default: one_hot_onnx}
+    fused = {} if attention == GROUPED else translations(attention)
+    return {torch.ops.mlit_edge.one_hot.default: one_hot_onnx, **fused}
 
 
 def _frozen(t: Tensor) -> nn.Parameter:
@@ -119,14 +125,16 @@ class StaticMoE(nn.Module):
 
 
 class StaticBlock(nn.Module):
-    def __init__(self, blk, tokens: int) -> None:
+    def __init__(self, blk, tokens: int, attention: str = GROUPED) -> None:
         super().__init__()
         self.norm1, self.norm2 = blk.norm1, blk.norm2
-        self.attn = StaticAttention(blk.attn, tokens)
+        self.attn = StaticAttention(blk.attn, tokens) if attention == GROUPED else \
+            FusedAttention(blk.attn, tokens, attention)
         self.moe = StaticMoE(blk.moe)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        x = self.attn(self.norm1(x), x)  # (T, D)
+    def forward(self, x: Tensor, last_only: bool = False) -> tuple[Tensor, Tensor]:
+        h = self.norm1(x)
+        x = self.attn(h, x, last_only=True) if last_only else self.attn(h, x)  # (T, D), or (B, D) last_only
         return self.moe(self.norm2(x), x)
 
 
@@ -134,30 +142,39 @@ class DeployMLiT(nn.Module):
     """The exported classifier: images (B, 3, S, S) -> logits, plus per-layer expert choices when
     `probe` is set (each (B, N, K) int64), so a runtime's routing can be compared with PyTorch's."""
 
-    def __init__(self, model: MLiT, probe: bool = False) -> None:
+    def __init__(self, model: MLiT, probe: bool = False, attention: str = GROUPED) -> None:
         super().__init__()
-        self.cfg, self.probe = model.cfg, probe
+        self.cfg, self.probe, self.attention = model.cfg, probe, attention
         self.patch_embed, self.pos_embed = model.patch_embed, model.pos_embed
-        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens) for b in model.blocks)
+        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens, attention) for b in model.blocks)
         self.norm, self.head = model.norm, model.head
 
     def forward(self, imgs: Tensor):
         N, D = self.cfg.num_tokens, self.cfg.dim
         x = self.patch_embed(imgs).flatten(2).transpose(1, 2)  # (B, N-1, D)
         x = (F.pad(x, (0, 0, 0, 1)) + self.pos_embed).reshape(-1, D)  # (T, D): the zero dummy patch, positions
+        # the ONNX Runtime flavour computes the last layer for the dummy token alone, the one token the head
+        # reads (exact: tokens meet only in attention, where the others still serve as keys and values); a
+        # probe graph keeps every token, since its routing outputs are compared token by token
+        last_only = self.attention != GROUPED and not self.probe
         routes = []
-        for blk in self.blocks:
-            x, top_i = blk(x)
-            routes.append(top_i.view(-1, N, top_i.shape[-1]))  # (B, N, K)
-        logits = self.head(self.norm(x.view(-1, N, D)[:, -1]))  # LN is per token: only the dummy's is read
+        for i, blk in enumerate(self.blocks):
+            x, top_i = blk(x, last_only=last_only and i == len(self.blocks) - 1)
+            if self.probe:
+                routes.append(top_i.view(-1, N, top_i.shape[-1]))  # (B, N, K)
+        tail = x if last_only else x.view(-1, N, D)[:, -1]  # (B, D): LN is per token, only the dummy's is read
+        logits = self.head(self.norm(tail))
         return (logits, *routes) if self.probe else logits
 
 
-def to_deploy(model: MLiT, probe: bool = False) -> DeployMLiT:
-    """A new eval-mode static-shape module computing `model`'s eval function; `model` is untouched."""
+def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED) -> DeployMLiT:
+    """A new eval-mode static-shape module computing `model`'s eval function; `model` is untouched.
+    `attention`: "grouped" (portable, TensorRT) or a fused form of `ATTENTION_FORMS` (ONNX Runtime)."""
     if not isinstance(model, MLiT) or not model.cfg.num_classes:
         raise TypeError("to_deploy takes an mLiT classifier (an mmLiT must be fine-tuned into one first)")
-    deployed = DeployMLiT(copy.deepcopy(model), probe=probe).eval()
+    if attention != GROUPED and attention not in ATTENTION_FORMS:
+        raise ValueError(f"attention form {attention!r}: choose from {GROUPED}, {', '.join(ATTENTION_FORMS)}")
+    deployed = DeployMLiT(copy.deepcopy(model), probe=probe, attention=attention).eval()
     for p in deployed.parameters():
         p.requires_grad_(False)
     return deployed

@@ -73,7 +73,10 @@ def routing_report(parity: dict, precision: str) -> str:
     agree, margins = parity["routing_agreement"], parity["margin_median"]
     lines = [f"      routing kept in {precision} per layer (share of tokens with the same experts as PyTorch; "
              "median clean margin):"]
-    lines += [f"        layer {i}: {a:.3f} (margin {m:.3f})" for i, (a, m) in enumerate(zip(agree, margins))]
+    tokens = parity.get("routed_tokens") or [None] * len(agree)
+    alone = [t is not None and t < max(tokens) for t in tokens]  # the fused graph's last layer: the dummy token
+    lines += [f"        layer {i}: {a:.3f} (margin {m:.3f}){', the dummy token alone' if one else ''}"
+              for i, (a, m, one) in enumerate(zip(agree, margins, alone))]
     weak = [i for i, a in enumerate(agree) if a < ROUTING_WARN]
     if weak:
         lines.append(f"      warning: in {precision}, layer(s) {', '.join(map(str, weak))} route more than "
@@ -113,8 +116,9 @@ def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | N
             logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: int8 per-channel weights, activations "
                         "quantized per call (no calibration set needed)")
             if torch_available():  # the routing report reads a dataset; a device without torch skips it
-                coverage = routing_coverage(src, calibration_set(recipe, data_root).images,
-                                            min_tokens=min_expert_tokens)
+                # no minimum: nothing is calibrated (each call's activations are quantized from their own range),
+                # and the fused graph routes only the dummy token in its last layer
+                coverage = routing_coverage(src, calibration_set(recipe, data_root).images, min_tokens=0)
                 logger.info(format_coverage(coverage))
             record = to_int8_dynamic(src, tmp, coverage)
         else:

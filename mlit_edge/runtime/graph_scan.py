@@ -1,5 +1,6 @@
 """What an ONNX file's graph holds, read from its bytes before ONNX Runtime is handed them.
 
+`onnxruntime_ops` names the ops only ONNX Runtime runs, so that TensorRT's build and check refuse them.
 The runtime refuses two kinds of graph that mlit-edge never exports and that ONNX Runtime would run
 without complaint: control flow (`Loop`, `If`, `Scan`, or any node carrying a subgraph), whose run
 time a file can make unbounded (a Loop of 10^12 steps hangs a call), and a `logits` output that is
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 CONTROL_FLOW = ("Loop", "If", "Scan")
 PROBABILITIES = ("Softmax", "LogSoftmax", "Sigmoid")
@@ -100,6 +101,27 @@ def nodes(content: bytes) -> list[Node]:
                     node.subgraph |= any(a in (_ATTR_GRAPH, _ATTR_GRAPHS) for a, _, _ in _fields(buf, nstart, nend))
             out.append(node)
     return out
+
+
+def onnxruntime_ops(ops: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """How many of each op only ONNX Runtime runs, of (op_type, domain) pairs: its com.microsoft contrib ops and
+    opset 23's Attention (the fused attention of the ONNX Runtime flavour), none of which TensorRT parses."""
+    found: dict[str, int] = {}
+    for op, domain in ops:
+        if domain == "com.microsoft" or (op == "Attention" and domain in ("", "ai.onnx")):
+            name = f"{domain}.{op}" if domain else f"{op} (opset 23)"
+            found[name] = found.get(name, 0) + 1
+    return found
+
+
+def check_not_onnxruntime_only(content: bytes, path: str | Path) -> None:
+    """Refuse, in one line, to hand TensorRT a graph with ONNX Runtime's own attention ops."""
+    found = onnxruntime_ops((n.op_type, n.domain) for n in nodes(content))
+    if found:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(found.items()))
+        raise GraphError(f"{Path(path).name} holds ONNX Runtime's own ops ({ops}), which TensorRT cannot parse: it is "
+                         "the ONNX Runtime flavour; build TensorRT's from the checkpoint or the portable fp32 ONNX "
+                         "(mlit-edge build ... --target tensorrt)")
 
 
 def check_graph(content: bytes, path: str | Path, output: str = "logits") -> list[Node]:

@@ -7,6 +7,7 @@ own input and output shapes; a failure is one line that names the field.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from .runners import Runner, check_threads
@@ -67,6 +68,13 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
             check_threads(session.get("threads"), "onnxruntime.session.threads")
         except ValueError as e:
             raise SidecarError(f"{where}: {e}; {hint}") from None
+        requires = ort.get("requires")
+        if requires is not None and (not isinstance(requires, str) or not re.fullmatch(r"\d{1,3}\.\d{1,3}", requires)):
+            raise bad("onnxruntime.requires", requires, 'a version such as "1.23"')
+    if "attention" in record:
+        att = record["attention"]
+        if not isinstance(att, dict) or not all(isinstance(att.get(k), str) for k in ("form", "op")):
+            raise bad("attention", att, "an object with the form and op names")
     if "engine" in record:
         engine = record["engine"]
         flags = engine.get("flags", {}) if isinstance(engine, dict) else None
@@ -90,6 +98,20 @@ def check_runtime(record: dict, runtime: str, path: str | Path) -> None:
     if made_for not in ("any", runtime):
         raise SidecarError(f"{Path(path).name} was made for {made_for}, not {runtime}; build the {runtime} "
                            f"artifact from the fp32 ONNX or the checkpoint: mlit-edge build ... --target {runtime}")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+
+def check_onnxruntime(record: dict, installed: str, path: str | Path) -> None:
+    """Refuse, in one line and before the session is made, an artifact whose graph needs a newer ONNX
+    Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23)."""
+    need = (record.get("onnxruntime") or {}).get("requires")
+    if need and _version(installed) < _version(need):
+        op = (record.get("attention") or {}).get("op", "its ops")
+        raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "
+                           "pip install -U onnxruntime, or build the portable graph for it (mlit-edge export)")
 
 
 def classifier_fields(record: dict, path: str | Path) -> None:

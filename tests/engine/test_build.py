@@ -387,11 +387,12 @@ def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(tr
     art = result.artifact
     record = read_sidecar(art)
     assert art.name == "mlit-xxs-custom-int8-ort.onnx" and record["runtime"] == "onnxruntime"
+    assert record["attention"]["form"] == "onnx" and record["source_onnx"] == "mlit-xxs-custom-fp32-ort.onnx"
     assert record["quantization"]["mode"] == "dynamic" and record["quantization"]["coverage"]["tokens"]
     assert record["parity"]["top1_agreement"] >= 0.95 and record["accuracy"]["top1"] > 0.5
     graph = onnx.load(str(art)).graph
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in graph.node}
-    routers = router_nodes(onnx.load(str(tmp_path / "mlit-xxs-custom-fp32.onnx")))
+    routers = router_nodes(onnx.load(str(tmp_path / "mlit-xxs-custom-fp32-ort.onnx")))  # its fused source
     producers = {o: n.op_type for n in graph.node for o in n.output}
     weights = {t.name for t in graph.initializer}
     gates = [n for n in graph.node if n.name in routers and n.op_type == "MatMul" and n.input[1] in weights]

@@ -90,7 +90,7 @@ def test_random_weights_build_ignores_the_pretrained_model_and_says_so(tmp_path)
     random = subprocess.run([*CLI, "build", "--size", "xxs", "--precision", "fp32", "--target", "onnxruntime",
                              "--out", str(tmp_path / "r"), "--random-weights"], capture_output=True, text=True, env=ENV)
     assert random.returncode == 0 and "weights are RANDOM" in random.stderr and NAME not in random.stderr
-    record = json.loads((tmp_path / "r" / "mlit-xxs-fp32.onnx.json").read_text())
+    record = json.loads((tmp_path / "r" / "mlit-xxs-fp32-ort.onnx.json").read_text())
     assert record["random_weights"] and record["checkpoint"] is None
 
 
