@@ -121,23 +121,23 @@ def export_artifacts(opts: ExportOptions, source: Source, fp32: Path, precisions
     `runtime` picks each precision's flavour (`names.FLAVOURS`): the INT8 of a TensorRT target is QDQ in
     TensorRT's recipe, that of ONNX Runtime integer matmuls. `attention` is the fp32 export's form: the
     portable "grouped", or a fused kernel for ONNX Runtime (`export.ATTENTION_FORMS`)."""
-    folder = fp32.parent
+    folder, opset = fp32.parent, export_opset(attention, opts.opset)
     # 1. the fp32 ONNX (or the given one)
     if source.onnx:
         fp32 = source.onnx
         logger.info(f"[export 1/3] source ONNX {fp32} ({source.precision})")
-    elif source.reusable(fp32, export_opset(attention, opts.opset), opts.batch, probe, attention):
+    elif source.reusable(fp32, opset, opts.batch, probe, attention):
         logger.info(f"[export 1/3] reusing {fp32}: same checkpoint, opset, batch and attention, checked against "
                     "PyTorch when written")
     else:
         from .onnx_export import export_onnx
 
         fused = "" if attention == GROUPED else f", attention fused for ONNX Runtime ({attention})"
-        if export_opset(attention, opts.opset) != opts.opset and opts.opset != DEFAULT_OPSET:
-            logger.info(f"note: --opset {opts.opset} is the portable graph's; ONNX Runtime's fused attention "
-                        f"needs opset {export_opset(attention, opts.opset)}")
-        logger.info(f"[export 1/3] {fp32} (opset {export_opset(attention, opts.opset)}, batch {opts.batch or 'dynamic'}"
-                    f"{fused}) and its check against PyTorch")
+        if opset != opts.opset and opts.opset != DEFAULT_OPSET:
+            logger.info(f"note: --opset {opts.opset} is the portable graph's; ONNX Runtime's fused attention needs "
+                        f"opset {opset}")
+        logger.info(f"[export 1/3] {fp32} (opset {opset}, batch {opts.batch or 'dynamic'}{fused}) and its check "
+                    "against PyTorch")
         evaluate = opts.evaluate and "fp32" in precisions  # a variant's own accuracy is what counts
         rec = export_onnx(source.model, fp32, source.record, opset=opts.opset, batch=opts.batch, probe=probe,
                           measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None),

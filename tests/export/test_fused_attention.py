@@ -69,7 +69,7 @@ def test_every_form_is_exact_with_and_without_biases(tiny_cfg, tmp_path, form, a
         want = model(torch.from_numpy(x)).numpy()
         got = to_deploy(model, attention=form)(torch.from_numpy(x)).numpy()
     assert np.abs(got - want).max() <= 1e-5
-    for probe in (False, True):
+    for probe in (False, True) if form == ORT_ATTENTION else (False,):  # the probe graph of what is built
         path = tmp_path / f"{form}-{probe}.onnx"
         record = export_onnx(model, path, _info(cfg), probe=probe, attention=form)
         assert record["parity"]["max_abs_err"] <= 1e-5 and record["parity"]["routing_equal"] is (True if probe else None)
@@ -81,26 +81,31 @@ def test_every_form_is_exact_with_and_without_biases(tiny_cfg, tmp_path, form, a
 
 def test_tensorrt_refuses_the_fused_graph_in_one_line(tiny_cfg, tmp_path):
     """`check` and the TensorRT build refuse the ONNX Runtime flavour: by its sidecar, and by its ops when the
-    sidecar is gone (no TensorRT parse is tried on ops it has no kernels for)."""
+    sidecar is gone (no TensorRT parse is tried on ops it has no kernels for); the contrib ops' form too."""
+    from mlit_edge.export.graph_check import static_checks
+
     torch.manual_seed(0)
     model = MLiT(tiny_cfg).eval()
-    for form in ("onnx", "ms-mha"):
-        path = tmp_path / f"{form}.onnx"
-        export_onnx(model, path, _info(tiny_cfg), attention=form)
-        bare = tmp_path / f"bare-{form}.onnx"
-        bare.write_bytes(path.read_bytes())
-        for target in (path, bare):
-            proc = cli("check", target, check=False)
-            fails = [line for line in proc.stdout.splitlines() if "FAIL" in line]
-            assert proc.returncode == 1 and "Traceback" not in proc.stderr
-            assert any("ONNX Runtime's own ops" in line for line in fails), proc.stdout
-            assert "[TRT]" not in proc.stdout + proc.stderr  # no parse of a graph TensorRT cannot take
-            proc = cli("build", "--onnx", target, "--precision", "fp32", "--target", "tensorrt-rtx", "--out",
-                       tmp_path / "trt", check=False)
-            lines = proc.stderr.strip().splitlines()
-            assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-            assert ("made for onnxruntime" if target == path else "ONNX Runtime's own ops") in lines[0]
-        assert not (tmp_path / "trt").exists()
+    path, contrib = tmp_path / "onnx.onnx", tmp_path / "ms-mha.onnx"
+    export_onnx(model, path, _info(tiny_cfg), attention="onnx")
+    export_onnx(model, contrib, _info(tiny_cfg), attention="ms-mha")
+    bare = tmp_path / "bare.onnx"
+    bare.write_bytes(path.read_bytes())
+    for target in (path, bare):
+        proc = cli("check", target, check=False)
+        fails = [line for line in proc.stdout.splitlines() if "FAIL" in line]
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert any("ONNX Runtime's own ops (Attention (opset 23) x3)" in line for line in fails), proc.stdout
+        assert "[TRT]" not in proc.stdout + proc.stderr  # no parse of a graph TensorRT cannot take
+        proc = cli("build", "--onnx", target, "--precision", "fp32", "--target", "tensorrt-rtx", "--out",
+                   tmp_path / "trt", check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert ("made for onnxruntime" if target == path else "ONNX Runtime's own ops") in lines[0]
+    assert not (tmp_path / "trt").exists()
+    rep = static_checks(contrib)
+    assert not rep.ok and rep.onnxruntime_ops == {"com.microsoft.MultiHeadAttention": 3}
+    assert [p for p in rep.problems if "ONNX Runtime's own ops" in p] and rep.opset == 18
 
 
 def test_an_older_onnxruntime_is_refused_before_the_session(tiny_cfg, tmp_path, monkeypatch):

@@ -207,15 +207,15 @@ with Classifier.load(sys.argv[1]) as clf:
 
 
 def test_predict_works_in_chunks_of_the_artifact_s_batch(model_onnx):
-    """Memory follows the chunk, not the count: 20,000 tiny arrays peak where 2,000 do (100,000 took 5.3 GB
-    before; 166 MB now, measured in the closing note of issue 25)."""
+    """Memory follows the chunk, not the count: 8,000 tiny arrays peak where 1,000 do (100,000 took 5.3 GB
+    before; 210 MB now: python benchmarks/runtime_memory.py)."""
     import subprocess
     import sys
 
     from tests.helpers import ENV
 
     peaks = []
-    for n in (2000, 20000):
+    for n in (1000, 8000):
         proc = subprocess.run([sys.executable, "-c", CHUNKS, str(model_onnx), str(n)], capture_output=True,
                               text=True, env=ENV, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
