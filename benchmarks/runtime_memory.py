@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
+from before_after import random_xxs_onnx, run_capped, trees
 
-ROOT = Path(__file__).resolve().parent.parent
 ARRAYS = """
 import numpy as np
 from mlit_edge.runtime import Classifier
@@ -57,28 +53,11 @@ def _static_batch(folder: Path, model: Path, batch: int) -> Path:
 
 def _run(tree: Path, args: list[str], cap_mb: float) -> str:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "2"}
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, *args], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        capped = False
-        while True:  # reaped by wait4 here, not by Popen, so that its rusage (the peak RSS) is ours to read
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            try:
-                pages = int(Path(f"/proc/{proc.pid}/statm").read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                pages = 0
-            if pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20 > cap_mb:
-                os.kill(proc.pid, signal.SIGKILL)
-                capped = True
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        lines = err.read().decode(errors="replace").strip().splitlines()
-    if capped:
+    run = run_capped([sys.executable, *args], tree, env, cap_mb)
+    if run.code is None:
         return f"> {cap_mb:.0f} MB (killed at the cap)"
-    outcome = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {lines[-1][:70] if lines else ''}"
-    return f"{usage.ru_maxrss / 1024:.0f} MB ({outcome})"
+    outcome = "ok" if run.code == 0 else f"exit {run.code}: {run.last[:70]}"
+    return f"{run.peak_mb:.0f} MB ({outcome})"
 
 
 def main() -> None:
@@ -88,9 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        model = folder / "mlit-xxs-fp32.onnx"
-        subprocess.run([sys.executable, "-m", "mlit_edge.cli", "export", "--size", "xxs", "--random-weights", "--out",
-                        str(model)], cwd=ROOT, check=True, capture_output=True)
+        model = random_xxs_onnx(folder)
         cases = {"28x28 PNG": _png(folder / "small.png", 28, 28),
                  "1 x 1,000,000 PNG": _png(folder / "wide1M.png", 1_000_000, 1),
                  "1 x 20,000,000 PNG": _png(folder / "wide20M.png", 20_000_000, 1)}
@@ -99,20 +76,11 @@ def main() -> None:
         commands["100,000 arrays of 2x2"] = ["-c", ARRAYS.format(model=str(model))]
         commands["fixed batch 1,000,000, one image"] = ["-m", "mlit_edge.cli", "predict", str(cases["28x28 PNG"]),
                                                          "--model", str(_static_batch(folder, model, 1_000_000))]
-        trees = {"this checkout": ROOT}
-        if args.before:
-            trees[args.before] = folder / "before"
-            subprocess.run(["git", "worktree", "add", "--detach", str(trees[args.before]), args.before], cwd=ROOT,
-                           check=True, capture_output=True)
-        try:
-            print(f"| case | {' | '.join(trees)} |\n|---|{'---|' * len(trees)}")
+        with trees(args.before, folder) as found:
+            print(f"| case | {' | '.join(found)} |\n|---|{'---|' * len(found)}")
             for name, command in commands.items():
-                print(f"| {name} | {' | '.join(_run(tree, command, args.cap_mb) for tree in trees.values())} |",
+                print(f"| {name} | {' | '.join(_run(tree, command, args.cap_mb) for tree in found.values())} |",
                       flush=True)
-        finally:
-            if args.before:
-                subprocess.run(["git", "worktree", "remove", "--force", str(trees[args.before])], cwd=ROOT,
-                               capture_output=True)
 
 
 if __name__ == "__main__":

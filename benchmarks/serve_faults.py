@@ -28,7 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from before_after import random_xxs_onnx, run_capped, trees
+
+# the scenario of tests/runtime/test_serve_faults.py, written with what every tree has (RSS from /proc), since
+# it also runs in the tree before issue 24
 WIDE = """
 import json, sys
 from pathlib import Path
@@ -142,32 +145,13 @@ def wide(tree: Path, model: Path, work: Path) -> str:
 
 def big_batch(tree: Path, model: Path, work: Path, cap_mb: float = 6000.0) -> str:
     """Killed past `cap_mb` of RSS: unchecked, this build took 23.7 GB here before the kernel's OOM killer."""
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "mlit_edge.cli", "build", "--size", "xxs", "--random-weights",
-                                 "--precision", "fp32", "--target", "onnxruntime", "--batch", "50000", "--no-eval",
-                                 "--out", str(work / "out")], cwd=tree, env=_env(tree), stdout=subprocess.DEVNULL,
-                                stderr=err)
-        capped = False
-        while True:  # reaped by wait4 here, so that its rusage (the peak RSS) is ours to read
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            try:
-                pages = int(Path(f"/proc/{proc.pid}/statm").read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                pages = 0
-            if pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20 > cap_mb:
-                os.kill(proc.pid, signal.SIGKILL)
-                capped = True
-            time.sleep(0.02)
-        err.seek(0)
-        lines = err.read().decode(errors="replace").strip().splitlines()
-    if capped:
-        return f"> {cap_mb:.0f} MB of RSS, killed at the cap (last line: {lines[-1][:60] if lines else ''})"
-    code = os.waitstatus_to_exitcode(status)
-    last = lines[-1][:90] if lines else ""
-    traceback = any(line.startswith("Traceback") for line in lines)
-    return f"exit {code}, peak RSS {usage.ru_maxrss / 1024:.0f} MB{', a traceback' if traceback else ''}: {last}"
+    run = run_capped([sys.executable, "-m", "mlit_edge.cli", "build", "--size", "xxs", "--random-weights", "--precision",
+                      "fp32", "--target", "onnxruntime", "--batch", "50000", "--no-eval", "--out", str(work / "out")],
+                     tree, _env(tree), cap_mb)
+    if run.code is None:
+        return f"> {cap_mb:.0f} MB of RSS, killed at the cap (last line: {run.last[:60]})"
+    traceback = any(line.startswith("Traceback") for line in run.lines)
+    return f"exit {run.code}, peak RSS {run.peak_mb:.0f} MB{', a traceback' if traceback else ''}: {run.last[:90]}"
 
 
 def main() -> None:
@@ -176,29 +160,18 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        model = folder / "mlit-xxs-fp32.onnx"
-        subprocess.run([sys.executable, "-m", "mlit_edge.cli", "export", "--size", "xxs", "--random-weights", "--out",
-                        str(model)], cwd=ROOT, check=True, capture_output=True)
-        trees = {"this checkout": ROOT}
-        if args.before:
-            trees[args.before] = folder / "before"
-            subprocess.run(["git", "worktree", "add", "--detach", str(trees[args.before]), args.before], cwd=ROOT,
-                           check=True, capture_output=True)
+        model = random_xxs_onnx(folder)
         cases = {"results file rotated, then deleted": rotated, "done/ cannot be written": unmovable,
                  "six 1 x 1,000,000 px PNGs": wide, "build --batch 50000": big_batch}
-        try:
-            print(f"| case | {' | '.join(trees)} |\n|---|{'---|' * len(trees)}")
+        with trees(args.before, folder) as found:
+            print(f"| case | {' | '.join(found)} |\n|---|{'---|' * len(found)}")
             for i, (name, case) in enumerate(cases.items()):
                 cells = []
-                for j, tree in enumerate(trees.values()):
+                for j, tree in enumerate(found.values()):
                     work = folder / f"case{i}-{j}"
                     work.mkdir()
                     cells.append(case(tree, model, work))
                 print(f"| {name} | {' | '.join(cells)} |", flush=True)
-        finally:
-            if args.before:
-                subprocess.run(["git", "worktree", "remove", "--force", str(trees[args.before])], cwd=ROOT,
-                               capture_output=True)
 
 
 if __name__ == "__main__":
