@@ -79,8 +79,9 @@ def head_nodes(model) -> set[str]:
     return {n.name for n in model.graph.node if logits in n.output}
 
 
-def _derived_record(src: Path, precision: str, extra: dict) -> dict:
-    record = user_fields(read_sidecar(src))
+def _derived_record(src: Path, precision: str, extra: dict, source: dict | None = None) -> dict:
+    """The variant's sidecar fields: its source's (`source`: that sidecar, when the caller read it), then `extra`."""
+    record = user_fields(source if source is not None else read_sidecar(src))
     for measured in ("parity", "accuracy"):  # the fp32 export's figures; the variant gets its own
         record.pop(measured, None)
     # a variant runs where its source runs (a fused ONNX Runtime graph stays ONNX Runtime's), unless it narrows it
@@ -172,7 +173,8 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
-    if read_sidecar(src).get("runtime", "any") not in ("any", "tensorrt"):
+    source = read_sidecar(src)
+    if source.get("runtime", "any") not in ("any", "tensorrt"):
         raise ValueError(f"{src.name} is ONNX Runtime's graph (fused attention); TensorRT's INT8 is made from the "
                          "portable fp32 export: mlit-edge build ... --target tensorrt")
     model = load_onnx(src)
@@ -195,7 +197,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     return _derived_record(src, "int8", {"runtime": "tensorrt",
                                          "calibration": {**calib_info, "images": int(len(calib)),
                                                          "method": "MinMax, symmetric, per-channel weights",
-                                                         "float_nodes": len(exclude)}})
+                                                         "float_nodes": len(exclude)}}, source)
 
 
 def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = None) -> dict:
