@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..runtime.runners import partial_layers
 from ..runtime.sidecar import atomic_path, publish, read_sidecar, sha256_file, temporary_beside, user_fields
 
 RECIPE_VERSION = 1  # bump when the quantizer settings in precision.to_int8 change
@@ -168,11 +169,10 @@ def format_coverage(cov: dict) -> str:
     """Per-layer table: tokens (share) per expert, lowest marked."""
     floor = f"warn below {cov['min_tokens']}" if cov["min_tokens"] else "no minimum: nothing is calibrated"
     lines = [f"routing coverage on {cov['images']} calibration images (tokens per expert, {floor}):"]
-    routed = cov.get("routed_tokens") or [0] * len(cov["tokens"])
+    alone = partial_layers(cov.get("routed_tokens"), len(cov["tokens"]))
     for layer, (tokens, share) in enumerate(zip(cov["tokens"], cov["share"])):
         cells = " ".join(f"{t:>7d} ({s:4.0%}){'!' if t < cov['min_tokens'] else ' '}" for t, s in zip(tokens, share))
-        alone = "  (the dummy token alone)" if routed[layer] < max(routed) else ""  # the fused graph's last layer
-        lines.append(f"  layer {layer:2d}: {cells}{alone}")
+        lines.append(f"  layer {layer:2d}: {cells}{'  (the dummy token alone)' if alone[layer] else ''}")
     lines += [f"  warning: {w}" for w in cov["warnings"]]
     return "\n".join(lines)
 

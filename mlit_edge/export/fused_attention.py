@@ -122,12 +122,13 @@ class FusedAttention(nn.Module):
                               for t in (wk, wv, bk, bv))
         root = math.sqrt(C)  # divided, as in the portable graph: the same query weights to the bit
         weights, biases = (wq / root, wk, wv), (bq / root, bk, bv)
-        self.w_q, self.w_k, self.w_v = (_frozen(w.t()) for w in weights)  # (D, H*C), (D, G*C or H*C) x2
-        self.b_q, self.b_k, self.b_v = ((_frozen(b) for b in biases) if attn.qkv.bias is not None
-                                        else (None, None, None))
-        if form != "onnx":  # one projection for the contrib ops: [q | k | v] columns
-            self.w_qkv = _frozen(torch.cat([self.w_q, self.w_k, self.w_v], dim=1))  # (D, 3*H*C)
-            self.b_qkv = _frozen(torch.cat(biases)) if attn.qkv.bias is not None else None
+        has_bias = attn.qkv.bias is not None
+        if form == "onnx":  # three projections: Q (D, H*C), K and V (D, G*C)
+            self.w_q, self.w_k, self.w_v = (_frozen(w.t()) for w in weights)
+            self.b_q, self.b_k, self.b_v = (_frozen(b) for b in biases) if has_bias else (None, None, None)
+        else:  # one projection for the contrib ops: [q | k | v] columns, (D, 3*H*C)
+            self.w_qkv = _frozen(torch.cat(weights).t())
+            self.b_qkv = _frozen(torch.cat(biases)) if has_bias else None
         self.w_proj = _frozen(attn.proj.weight.t())  # (D, D)
         self.b_proj = _frozen(attn.proj.bias) if attn.proj.bias is not None else None
 

@@ -169,13 +169,13 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:
     and mean abs logit error, top-1 agreement, and per layer the share of tokens that keep their experts
     beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
     why reduced precision flips a layer's routing."""
-    from ..runtime.runners import predict_all, routing_agreement
+    from ..runtime.runners import predict_all, routed_part, routing_agreement
 
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True) as run:
         got, routes = predict_all(run, images, routes=True)
     want, ref_routes, margins = reference_outputs(model, images)
     # the median margin of the tokens each layer routes (the fused graph's last layer: the dummy token alone)
-    medians = [float(np.median(m[:, m.shape[1] - r.shape[1]:])) for m, r in zip(margins, routes)]
+    medians = [float(np.median(routed_part(m, r.shape[1]))) for m, r in zip(margins, routes)]
     err = np.abs(got - want)
     return {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
             "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.artifact import torch_available
+from ..runtime.runners import partial_layers
 from ..runtime.sidecar import publish, temporary_beside
 from .names import artifact_stem, variant_path
 from .calibration import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
@@ -73,8 +74,7 @@ def routing_report(parity: dict, precision: str) -> str:
     agree, margins = parity["routing_agreement"], parity["margin_median"]
     lines = [f"      routing kept in {precision} per layer (share of tokens with the same experts as PyTorch; "
              "median clean margin):"]
-    tokens = parity.get("routed_tokens") or [None] * len(agree)
-    alone = [t is not None and t < max(tokens) for t in tokens]  # the fused graph's last layer: the dummy token
+    alone = partial_layers(parity.get("routed_tokens"), len(agree))
     lines += [f"        layer {i}: {a:.3f} (margin {m:.3f}){', the dummy token alone' if one else ''}"
               for i, (a, m, one) in enumerate(zip(agree, margins, alone))]
     weak = [i for i, a in enumerate(agree) if a < ROUTING_WARN]
