@@ -36,7 +36,7 @@ from mlit_edge.export.onnx_export import ORT_SESSION, export_onnx
 from mlit_edge.export.source import load_for_export
 from mlit_edge.export.static import to_deploy
 from mlit_edge.export.torch_runner import TorchRunner
-from mlit_edge.export.variants import make_variant
+from mlit_edge.export.variants import Inputs, variant_of
 from mlit_edge.model.info import model_stats
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, Runner, predict_all
 
@@ -137,11 +137,11 @@ def build_stages(model, info: dict, work: Path, threads: int, openvino: bool) ->
         records[FUSED if form == ORT_ATTENTION else f"onnxruntime fp32, {form}"] = export_onnx(model, forms[form], info,
                                                                                                attention=form)
     recipe = Recipe(info["preprocess"]["dataset"] or "mnist5k", "train", 512, 0)
-    quiet = {"model": model, "recipe": recipe, "evaluate": False}  # its progress lines are not shown (no handler)
-    variants = {"onnxruntime fp16": make_variant(fp32, "fp16", **quiet),
-                "onnxruntime int8 (TensorRT QDQ)": make_variant(fp32, "int8", **quiet),
-                INT8_FUSED: make_variant(forms[ORT_ATTENTION], "int8", runtime="onnxruntime", **quiet),
-                INT8_TODAY: make_variant(fp32, "int8", runtime="onnxruntime", **quiet)}
+    quiet = Inputs(model, recipe, evaluate=False)  # its progress lines are not shown (no handler)
+    variants = {"onnxruntime fp16": variant_of(fp32, "fp16", quiet),
+                "onnxruntime int8 (TensorRT QDQ)": variant_of(fp32, "int8", quiet),
+                INT8_FUSED: variant_of(forms[ORT_ATTENTION], "int8", quiet, runtime="onnxruntime"),
+                INT8_TODAY: variant_of(fp32, "int8", quiet, runtime="onnxruntime")}
     records.update({name: v.record for name, v in variants.items()})
     shape = (None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     ort = {"threads": threads, "session": ORT_SESSION}
@@ -263,7 +263,7 @@ def int8_routing(model, info: dict, stages: dict, names: tuple[str, ...]) -> dic
     """Per layer, the share of tokens of 1000 held-out images that keep PyTorch's experts in each INT8
     artifact of `names`, on the same tokens for all: the last layer on the dummy token alone."""
     from mlit_edge.export.onnx_export import reference_outputs
-    from mlit_edge.runtime.runners import routing_agreement
+    from mlit_edge.runtime.routing import routing_agreement
     from mlit_edge.train.data import sample_images
 
     images, _ = sample_images(info["preprocess"]["dataset"] or "mnist5k", "test", 1000)

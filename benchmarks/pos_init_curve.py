@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from mlit_edge.model.mlit import create_model
+from mlit_edge.model.mlit import new_model as create_model
 from mlit_edge.train.data import Loader, load_dataset
 from mlit_edge.train.device import amp_dtype
 from mlit_edge.train.loop import RoutingStats, evaluate, lr_at, make_optimizer, param_groups, train_one_epoch

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlit_edge.model.mlit import create_model
+from mlit_edge.model.mlit import new_model as create_model
 from mlit_edge.model.moe import MoE
 from mlit_edge.train.device import amp_dtype
 from mlit_edge.train.loop import autocast, make_optimizer

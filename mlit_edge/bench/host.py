@@ -36,29 +36,17 @@ def peak_rss_mb() -> float:
     return peak / 2 ** 20 if platform.system() == "Darwin" else peak / 1024  # bytes on macOS, kB elsewhere
 
 
-def batch_bytes(record: dict, batch: int) -> int:
-    """`model.budget.batch_bytes` for the model a sidecar record describes (the default mLiT when it does
-    not say)."""
-    from ..model.budget import batch_bytes as config_bytes
-    from ..model.config import MLiTConfig
-    from ..train.checkpoint import config_from_dict
-
-    try:
-        cfg = config_from_dict("mlit", (record.get("model") or {}).get("config") or {})
-    except (TypeError, ValueError):
-        cfg = MLiTConfig()
-    return config_bytes(cfg, batch)
-
-
 def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
     """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
-    from ..model.budget import available_mb
+    from ..model.budget import available_mb, batch_bytes
+    from ..model.config import record_config
+    from ..runtime.schema import ArtifactRecord
 
     available = available_mb()
     if available is None:
         return
     b = max(batches)
-    need = max(batch_bytes(r, b) for r in records or [{}]) / 2 ** 20
+    need = max(batch_bytes(record_config(ArtifactRecord.of(r).config), b) for r in records or [{}]) / 2 ** 20
     if need > 0.8 * available:
         raise ValueError(f"--batch {b}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
                          f"than the {available / 1024:.1f} GiB available here; time a smaller batch")

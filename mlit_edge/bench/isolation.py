@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.messages import first_line, log_to_stderr
-from .artifact import bench_artifact
-from .config import BenchConfig, Reference
+from .one_artifact import bench_artifact
+from .options import BenchConfig, Reference
 
 RUNTIME_MODULE = {"onnxruntime": "onnxruntime", "torch": "torch"}  # imported before the baseline is taken
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..export.torch_runner import checkpoint_opener
 from ..runtime.artifact import artifact_format
-from .artifact import bench_artifact, open_any
-from .config import BenchConfig, Reference
+from ..runtime.schema import ArtifactRecord
+from .one_artifact import bench_artifact, open_any
+from .options import BenchConfig, Reference
 from .host import check_memory, environment
 from .isolation import bench_isolated
 from .report import row, save_report
@@ -82,8 +83,8 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         ref = Reference(str(ref_path), record, make_runner=make_runner)
         peeks[ref_path] = record
     check_memory(list(peeks.values()), cfg.batches)
-    data = cfg.data or next(((r.get("preprocess") or {}).get("dataset") for r in ([ref.record] if ref else []) +
-                             list(peeks.values()) if (r.get("preprocess") or {}).get("dataset")), None)
+    data = cfg.data or next((d for d in (ArtifactRecord.of(r).dataset for r in ([ref.record] if ref else []) +
+                                         list(peeks.values())) if d), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "environment": environment(cfg.threads), "harness_overhead": harness_overhead(),
               "config": {"batches": list(cfg.batches), "warmup_ms": cfg.warmup_ms, "warmup_iters": cfg.warmup_iters,

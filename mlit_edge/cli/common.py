@@ -1,6 +1,7 @@
 """What every command shares: option callbacks, the one-line error wrapper, the progress log."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from functools import wraps
@@ -80,6 +81,12 @@ def user_errors(fn):
                        if fn.__name__ in TRAINING else "interrupted", err=True)
             sys.exit(130)
     return wrapper
+
+
+def default(cls, name: str):
+    """The default of field `name` of the dataclass `cls` (a request): a CLI option shows the one default there is."""
+    f = cls.__dataclass_fields__[name]
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
 def log(line: str) -> None:

@@ -6,46 +6,61 @@ import sys
 
 import click
 
-from ..export import PRECISIONS
+from ..export import FRONTENDS, PRECISIONS, TARGETS
+from ..export.requests import BuildRequest, ExportOptions, ExportRequest
 from ..runtime.artifact import BATCH_PROFILE
-from .common import FiniteFloat, OPSET, batch_triple, check_size, user_errors
+from .common import FiniteFloat, OPSET, batch_triple, check_size, default, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
                       help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
 FORCE = click.option("--force", is_flag=True, help="Replace artifacts in the output folder that were built from "
                                                    "another checkpoint or from random weights.")
 
+
+def _export_options(fn):
+    """The options `export` and `build` share (`export.requests.ExportOptions`), with its defaults."""
+    opts = [
+        click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+                     help="A trained mLiT checkpoint, or pretrained:NAME (mlit-edge pretrained lists them) "
+                          "[default: the size's pretrained model where one ships, else random weights]."),
+        click.option("--num-classes", default=default(ExportOptions, "num_classes"), show_default=True,
+                     type=click.IntRange(min=1), help="Head size for random weights."),
+        OPSET,
+        click.option("--calib-data", default=None,
+                     help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
+                          "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k]."),
+        click.option("--calib-n", default=default(ExportOptions, "calib_n"), show_default=True,
+                     type=click.IntRange(min=1), help="Calibration images, stratified over the classes."),
+        click.option("--data-root", default=default(ExportOptions, "data_root"), show_default=True,
+                     type=click.Path(file_okay=False)),
+        FORCE,
+        RANDOM,
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
 @click.command()
-@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
-              help="A trained mLiT checkpoint, or pretrained:NAME (mlit-edge pretrained lists them) "
-                   "[default: the size's pretrained model where one ships, else random weights].")
 @click.option("--size", default=None, callback=check_size,
               help="Model size without --checkpoint: s, xs or xxs (its pretrained model where one ships).")
-@click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Head size for random weights.")
-@click.option("--out", "out", default="model.onnx", show_default=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out", default=default(ExportRequest, "out"), show_default=True,
+              type=click.Path(dir_okay=False),
               help="The fp32 ONNX; variants are written beside it as NAME-fp16.onnx and NAME-int8.onnx.")
-@OPSET
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="Fix the batch size [default: dynamic batch].")
 @click.option("--probe", is_flag=True, help="Also output each layer's top-k expert indices (routing checks).")
-@click.option("--precision", "precisions", default="fp32", show_default=True,
-              callback=lambda ctx, param, v: tuple(p.strip() for p in v.split(",") if p.strip()),
+@click.option("--precision", "precisions", default=",".join(default(ExportRequest, "precisions")),
+              show_default=True, callback=lambda ctx, param, v: tuple(p.strip() for p in v.split(",") if p.strip()),
               help=f"Comma-separated: {', '.join(PRECISIONS)}.")
-@click.option("--calib-data", default=None,
-              help="Dataset for INT8 calibration [default: the checkpoint's, or mnist5k].")
-@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
-              help="Calibration images, stratified over the classes.")
-@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
-@FORCE
-@RANDOM
+@_export_options
 @user_errors
 def export(**kw) -> None:
     """Export to ONNX through `to_deploy` (static-shape MoE), check it against PyTorch, make fp16/INT8 variants.
 
     Each .onnx gets a .onnx.json sidecar with its provenance.
     """
-    from ..export.pipeline import ExportRequest, run_export
+    from ..export.pipeline import run_export
 
     run_export(ExportRequest(**kw))
 
@@ -53,53 +68,42 @@ def export(**kw) -> None:
 @click.command()
 @click.option("--size", default=None, callback=check_size, help="Model size s, xs or xxs [default: the checkpoint's, "
                                                            "else xxs].")
-@click.option("--precision", default="fp16", show_default=True, type=click.Choice(PRECISIONS),
+@click.option("--precision", default=default(BuildRequest, "precision"), show_default=True,
+              type=click.Choice(PRECISIONS),
               help="Carried by the ONNX: fp16 casts (norms, softmax, router, head stay fp32; a GPU format, "
                    "no faster than fp32 on a CPU) or INT8: Q/DQ in TensorRT's recipe for a TensorRT target, "
                    "integer matmuls for ONNX Runtime (NAME-int8-ort.onnx) for --target onnxruntime.")
-@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
-              help="Trained mLiT checkpoint, or pretrained:NAME (mlit-edge pretrained lists them) [default: the "
-                   "size's pretrained model where one ships, else random weights].")
 @click.option("--onnx", type=click.Path(dir_okay=False), default=None,
               help="Build from an exported ONNX (e.g. calibrated on the workstation, copied to the device).")
-@click.option("--target", default="auto", show_default=True,
-              type=click.Choice(["auto", "tensorrt", "tensorrt-rtx", "onnxruntime"]),
+@click.option("--target", default=default(BuildRequest, "target"), show_default=True, type=click.Choice(TARGETS),
               help="auto: TensorRT where it imports, else the ONNX for ONNX Runtime. onnxruntime's fp32 and INT8 "
                    "(NAME-fp32-ort.onnx, NAME-int8-ort.onnx) hold its fused attention kernel (opset 23, ONNX "
                    "Runtime 1.23 or newer), which TensorRT refuses; fp16 stays the portable graph.")
-@click.option("--frontend", default="onnx", show_default=True, type=click.Choice(["onnx", "torch-tensorrt"]),
+@click.option("--frontend", default=default(BuildRequest, "frontend"), show_default=True,
+              type=click.Choice(FRONTENDS),
               help="torch-tensorrt compiles to_deploy(model) with torch-tensorrt (CUDA workstations, fp32/fp16).")
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="A static batch size (static shapes everywhere, CUDA-graph friendly).")
 @click.option("--dynamic-batch", default=None, callback=batch_triple,
               help=f"MIN,OPT,MAX of the engine's batch profile [default: {','.join(map(str, BATCH_PROFILE))}].")
-@click.option("--workspace", default=1.0, show_default=True, type=FiniteFloat(min=0.0625),
-              help="Builder memory-pool limit in GiB.")
+@click.option("--workspace", default=default(BuildRequest, "workspace"), show_default=True,
+              type=FiniteFloat(min=0.0625), help="Builder memory-pool limit in GiB.")
 @click.option("--timing-cache", default=None, type=click.Path(dir_okay=False),
               help="TensorRT timing cache: read if it exists, written after the build.")
 @click.option("--dla-core", default=None, type=click.IntRange(min=0),
               help="Run on this DLA core with GPU fallback (Jetson Orin/Xavier).")
-@click.option("--calib-data", default=None,
-              help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
-                   "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k].")
-@click.option("--calib-n", default=512, show_default=True, type=click.IntRange(min=1),
-              help="Calibration images, stratified over the classes.")
-@click.option("--calib-seed", default=0, show_default=True, type=int)
+@click.option("--calib-seed", default=default(BuildRequest, "calib_seed"), show_default=True, type=int)
 @click.option("--calib-cache", default=None, type=click.Path(file_okay=False),
               help="Calibration cache folder [default: ~/.cache/mlit-edge/calibration].")
 @click.option("--no-calib-cache", is_flag=True, help="Always recalibrate.")
-@click.option("--min-expert-tokens", default=1000, show_default=True, type=click.IntRange(min=1),
-              help="Warn when an expert gets fewer calibration tokens than this.")
-@click.option("--out", default="artifacts", show_default=True, type=click.Path(file_okay=False),
+@click.option("--min-expert-tokens", default=default(BuildRequest, "min_expert_tokens"), show_default=True,
+              type=click.IntRange(min=1), help="Warn when an expert gets fewer calibration tokens than this.")
+@click.option("--out", default=default(BuildRequest, "out"), show_default=True, type=click.Path(file_okay=False),
               help="Output folder for the .onnx/.plan files and their .json sidecars.")
-@click.option("--num-classes", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Head size for random weights.")
-@OPSET
-@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
-@click.option("--eval/--no-eval", "evaluate", default=True, help="Measure top-1 on the held-out split (default).")
+@click.option("--eval/--no-eval", "evaluate", default=default(BuildRequest, "evaluate"),
+              help="Measure top-1 on the held-out split (default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's sidecar as JSON at the end.")
-@FORCE
-@RANDOM
+@_export_options
 @user_errors
 def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
     """Build a deployable artifact: a TensorRT .plan, or the ONNX for ONNX Runtime where TensorRT is absent.
@@ -112,13 +116,13 @@ def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
 
     Every artifact gets a .json sidecar: versions, device, flags, hashes, preprocessing, classes.
     """
-    from ..engine.build import BuildRequest, run_build
+    from ..engine.build import run_build
     from ..export.calibration import default_cache_dir
 
     cache = None if no_calib_cache else (calib_cache or str(default_cache_dir()))
     req = BuildRequest(calib_cache=cache, **kw)
     result = run_build(req)
-    click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record,
+    click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record.to_dict(),
                            "coverage": result.coverage}, indent=2) if as_json else str(result.artifact))
 
 
@@ -133,7 +137,7 @@ def check_cmd(onnx_path: str, no_build: bool, as_json: bool) -> None:
     from dataclasses import asdict
 
     from ..engine.check import check
-    from ..export.graph_check import format_report
+    from ..engine.check import format_report
 
     rep = check(onnx_path, build=not no_build)
     click.echo(json.dumps({**asdict(rep), "ok": rep.ok}, indent=2) if as_json else format_report(rep))

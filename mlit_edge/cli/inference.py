@@ -51,7 +51,7 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
     Example:
       mlit-edge bench artifacts/*.onnx runs/x/checkpoint.pt --batch 1,8
     """
-    from ..bench.config import BenchConfig, provider_names
+    from ..bench.options import BenchConfig, provider_names
     from ..bench.report import format_bench
     from ..bench.suite import bench_and_save
 

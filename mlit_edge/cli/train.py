@@ -88,7 +88,7 @@ few_labels = _stacked([  # train and finetune
 ])
 
 
-def _train_command(task: str, size: str, **kw) -> None:
+def _train_command(task: str, size: str | None, **kw) -> None:
     from ..train.fit import RunConfig, fit
 
     run = RunConfig.for_task(task, size, **kw)
@@ -135,7 +135,7 @@ def pretrain(size: str, **kw) -> None:
 @user_errors
 def finetune(**kw) -> None:
     """Fine-tune a classifier from an mmLiT encoder; the head is new, sized to the dataset."""
-    _train_command("finetune", "pretrained", **kw)
+    _train_command("finetune", None, **kw)  # the size is the encoder's (train.fit.encoder_size)
 
 
 @click.command("eval")

@@ -1,16 +1,174 @@
-"""`mlit-edge check model.onnx`: will this graph build as a TensorRT engine?
+"""`mlit-edge check model.onnx`: will this graph build as a TensorRT engine? The whole check lives here.
 
-The static checks (`export.graph_check`) run anywhere. Where `tensorrt` or `tensorrt_rtx` imports,
+The static checks run anywhere: denied ops, opset, shapes static after inference except the batch
+dimension, and a constant TopK k within TensorRT's limit (the runtime's byte-level scan,
+`runtime.graph_scan`, names the ops only ONNX Runtime runs). Where `tensorrt` or `tensorrt_rtx` imports,
 the graph is also parsed and built for real (strongly typed), and the parser's own errors are shown.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..export.graph_check import Report, static_checks
+from ..export import OPSETS
 from ..runtime.artifact import BATCH_PROFILE
+from ..runtime.graph_scan import onnxruntime_ops
+from ..runtime.messages import first_line
 from ..runtime.trt_env import import_trt
 from .plan import BuildOptions, build_serialized
+
+DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
+          "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+TOPK_MAX = 3840  # TensorRT's limit on K
+
+
+@dataclass
+class Report:
+    """What `check` found: problems fail the check, notes do not."""
+
+    path: str
+    opset: int | None = None
+    ops: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    layer_nodes: list[int] = field(default_factory=list)  # ONNX nodes of each encoder layer, in order
+    build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
+    onnxruntime_ops: dict[str, int] = field(default_factory=dict)  # ops only ONNX Runtime runs (no build is tried)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and (self.build is None or self.build.get("ok", False))
+
+
+BLOCK = re.compile(r"/blocks\.(\d+)[:/]")
+
+
+def nodes_per_layer(model) -> list[int]:
+    """ONNX nodes of each encoder layer. The exporter names each node's module (`blocks.3`) in its
+    metadata; a node added later without one (a Split, a Q/DQ pair) belongs to the layer of its first
+    input, or of its consumer when it reads only weights."""
+    layer_of: dict[str, int | None] = {}
+    layers: list[int | None] = []
+    for node in model.graph.node:
+        scope = next((p.value for p in node.metadata_props if p.key == "namespace"), "")
+        found = BLOCK.search(scope)
+        layer = int(found.group(1)) if found else None
+        if not scope:
+            layer = next((layer_of[i] for i in node.input if layer_of.get(i) is not None), None)
+        layer_of.update((out, layer) for out in node.output)
+        layers.append(layer)
+    consumer_layer = {i: layer for node, layer in zip(model.graph.node, layers) for i in node.input}
+    counts: dict[int, int] = {}
+    for node, layer in zip(model.graph.node, layers):
+        scoped = any(p.key == "namespace" and p.value for p in node.metadata_props)
+        if layer is None and not scoped:
+            layer = next((consumer_layer.get(o) for o in node.output if consumer_layer.get(o) is not None), None)
+        if layer is not None:
+            counts[layer] = counts.get(layer, 0) + 1
+    return [counts[i] for i in sorted(counts)]
+
+
+def _load(path: Path):
+    from ..runtime.runners import load_onnx
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    return load_onnx(path)
+
+
+def _constants(model) -> dict:
+    """Initializers and Constant-node outputs, as numpy arrays."""
+    from onnx import numpy_helper
+
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    consts[node.output[0]] = numpy_helper.to_array(attr.t)
+    return consts
+
+
+def static_checks(path: str | Path) -> Report:
+    """Everything that needs no TensorRT."""
+    import onnx
+
+    path = Path(path)
+    model = _load(path)
+    rep = Report(str(path))
+    rep.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    rep.onnxruntime_ops = onnxruntime_ops((n.op_type, n.domain) for n in model.graph.node)
+    if rep.onnxruntime_ops:  # one line for the cause (its opset 23 is part of it)
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(rep.onnxruntime_ops.items()))
+        rep.problems.append(f"ONNX Runtime's own ops ({ops}): TensorRT cannot parse them; this is the ONNX Runtime "
+                            "flavour (fused attention), so build TensorRT's from the checkpoint or the portable fp32 "
+                            "ONNX (opset 18-20)")
+    elif rep.opset not in OPSETS:
+        rep.problems.append(f"opset {rep.opset}: use {OPSETS[0]}-{OPSETS[-1]} (native LayerNormalization, "
+                            "no opset-23 Attention)")
+    for node in model.graph.node:
+        rep.ops[node.op_type] = rep.ops.get(node.op_type, 0) + 1
+    rep.layer_nodes = nodes_per_layer(model)
+    for op in sorted(set(rep.ops) & DENIED):
+        rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
+    foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx", "com.microsoft")}
+    if foreign:
+        rep.notes.append(f"custom op domains {sorted(foreign)}: TensorRT needs plugins for them")
+
+    inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    batch = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim[:1] if d.dim_param}
+    for i in inputs:
+        for d in list(i.type.tensor_type.shape.dim)[1:]:
+            if not d.HasField("dim_value"):
+                rep.problems.append(f"input {i.name} has a dynamic non-batch dimension {d.dim_param or '?'}")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as e:
+        rep.problems.append(f"shape inference failed: {first_line(e, 200)}")
+        inferred = model
+    pattern = re.compile(r"^[\d\s*+()-]*$")
+    dynamic = set()
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                continue
+            expr = d.dim_param
+            if not expr or not pattern.match(re.sub("|".join(map(re.escape, batch)) or "$^", "1", expr)):
+                dynamic.add(vi.name)
+    if dynamic:
+        rep.problems.append(f"{len(dynamic)} tensors have shapes that are not static apart from the batch "
+                            f"(e.g. {sorted(dynamic)[:3]})")
+    consts = _constants(model)
+    for node in model.graph.node:
+        if node.op_type == "TopK":
+            k = consts.get(node.input[1]) if len(node.input) > 1 else None
+            if k is None:
+                rep.problems.append(f"TopK {node.name}: k is computed at run time; TensorRT needs a constant")
+            elif int(k.reshape(-1)[0]) > TOPK_MAX:
+                rep.problems.append(f"TopK {node.name}: k={int(k.reshape(-1)[0])} exceeds TensorRT's {TOPK_MAX}")
+    return rep
+
+
+def format_report(rep: Report) -> str:
+    lines = [f"{rep.path}: opset {rep.opset}, {sum(rep.ops.values())} nodes, "
+             f"ops: {', '.join(f'{k} {v}' for k, v in sorted(rep.ops.items()))}"]
+    if rep.layer_nodes:
+        per = sorted(set(rep.layer_nodes))
+        lines.append(f"  {'/'.join(map(str, per))} nodes per encoder layer x {len(rep.layer_nodes)}, "
+                     f"{sum(rep.ops.values()) - sum(rep.layer_nodes)} outside them (patch embedding, head)")
+    lines += [f"  FAIL {p}" for p in rep.problems]
+    lines += [f"  note {n}" for n in rep.notes]
+    if rep.build:
+        b = rep.build
+        if b["ok"]:
+            lines.append(f"  {b['module']} {b['version']}: parsed and built a strongly typed engine: {b['layers']} "
+                         f"layers, {b['build_s']} s, {b['engine_bytes'] / 1e6:.2f} MB")
+        else:
+            lines.append(f"  FAIL {b['module']} {b['version']} {b['stage']} failed:")
+            lines += [f"    {e}" for e in b["errors"]]
+    lines.append("OK: TensorRT-buildable" if rep.ok else "NOT TensorRT-buildable")
+    return "\n".join(lines)
 
 
 def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0) -> dict:

@@ -14,7 +14,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..runtime.artifact import BATCH_PROFILE
-from ..runtime.sidecar import atomic_path, publish, read_sidecar, sha256_file, temporary_beside, user_fields
+from ..runtime.schema import ArtifactRecord
+from ..runtime.sidecar import atomic_path, publish, temporary_beside, user_fields
 from ..runtime.trt_env import DeviceEnv
 
 if TYPE_CHECKING:
@@ -101,19 +102,16 @@ def write_plan(engine: bytes, out: str | Path, record: dict) -> dict:
         return publish(tmp, out, record)
 
 
-def engine_record(onnx_path: str | Path, result: dict, env: DeviceEnv, target: str, frontend: str = "onnx") -> dict:
-    """The `.plan.json` fields: the source ONNX's provenance plus the builder, the device and the flags."""
-    onnx_path = Path(onnx_path)
-    try:
-        src = user_fields(read_sidecar(onnx_path))
-    except FileNotFoundError:
-        src = {}
+def engine_record(onnx_path: str | Path, source: ArtifactRecord, source_sha256: str | None, result: dict,
+                  env: DeviceEnv, target: str, frontend: str = "onnx") -> dict:
+    """The `.plan.json` fields: the source ONNX's provenance (its record and sha256, as the build holds them)
+    plus the builder, the device and the flags."""
+    src = user_fields(source.to_dict())
     src.pop("inputs", None)
     src.pop("outputs", None)
-    calib = src.get("calibration") or {}
     return {**src, "kind": "tensorrt-engine", "target": target, "frontend": frontend,
-            "source_onnx": onnx_path.name, "source_onnx_sha256": sha256_file(onnx_path) if onnx_path.is_file() else None,
-            "calibration_sha256": calib.get("manifest_sha256"),
+            "source_onnx": Path(onnx_path).name, "source_onnx_sha256": source_sha256,
+            "calibration_sha256": source.calibration_sha256,
             "engine": {"builder": {"module": result["module"], "version": result["version"]}, "device": asdict(env),
                        "dla_core": result["flags"].get("dla_core"), "flags": result["flags"],
                        "layers": result.get("layers"), "build_s": result.get("build_s"), "io": result.get("io")}}

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from ..runtime.schema import PRECISIONS  # the runtime checks sidecars against the same list
 
+TARGETS = ("auto", "tensorrt", "tensorrt-rtx", "onnxruntime")  # where a build's artifact will run
+FRONTENDS = ("onnx", "torch-tensorrt")
 OPSETS = (18, 19, 20)  # 17 falls back to 18 in the dynamo exporter; 23+ emits an Attention op TensorRT lacks
 DEFAULT_OPSET = 18
 
@@ -37,5 +39,5 @@ def export_opset(attention: str, opset: int) -> int:
     return (form.opset if form else None) or opset
 
 
-__all__ = ["ATTENTION_FORMS", "AttentionForm", "DEFAULT_OPSET", "GROUPED", "OPSETS", "ORT_ATTENTION", "PRECISIONS",
-           "export_opset"]
+__all__ = ["ATTENTION_FORMS", "AttentionForm", "DEFAULT_OPSET", "FRONTENDS", "GROUPED", "OPSETS", "ORT_ATTENTION",
+           "PRECISIONS", "TARGETS", "export_opset"]

@@ -23,11 +23,15 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..runtime.runners import partial_layers
-from ..runtime.sidecar import atomic_path, publish, read_sidecar, sha256_file, temporary_beside, user_fields
+from ..runtime.routing import partial_layers
+from ..runtime.sidecar import atomic_path, publish, read_sidecar, temporary_beside, user_fields
+
+if TYPE_CHECKING:
+    from .handoff import Variant
 
 RECIPE_VERSION = 1  # bump when the quantizer settings in precision.to_int8 change
 DEFAULT_N = 512
@@ -129,16 +133,16 @@ def write_manifest(manifest: dict, path: str | Path) -> Path:
 # --- routing coverage -------------------------------------------------------------------------------
 
 def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
-                     min_tokens: int = MIN_EXPERT_TOKENS, available: int | None = None) -> dict:
+                     min_tokens: int = MIN_EXPERT_TOKENS, available: int | None = None, proto=None) -> dict:
     """Tokens each expert of each layer receives from `images` in the fp32 graph, and the warnings.
 
     Counts come from the graph's own TopK outputs, so they describe exactly the routing that the
     quantizer's calibration pass sees. `available` is the size of the split the images came from,
-    so a suggestion never asks for more images than exist.
+    so a suggestion never asks for more images than exist. `proto`: the graph, when the caller holds it parsed.
     """
     from ..runtime.runners import OnnxRuntimeRunner, predict_all
 
-    with OnnxRuntimeRunner(onnx_path, expose_routing=True) as run:
+    with OnnxRuntimeRunner(onnx_path, expose_routing=True, content=proto) as run:
         if not run.route_names:
             raise ValueError(f"{onnx_path} has no TopK routing: is it an mLiT export?")
         _, routes = predict_all(run, images, batch, routes=True)
@@ -192,23 +196,31 @@ def cache_key(onnx_sha256: str, manifest_sha256: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
+class Calibrated(NamedTuple):
+    record: dict  # the INT8 graph's sidecar fields
+    reused: bool  # copied from the calibration cache
+    proto: Any  # the graph as written; None when copied from the cache
+
+
 def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cache_dir: str | Path | None = None,
-                   coverage: dict | None = None) -> tuple[dict, bool]:
-    """Write to `out` the INT8 QDQ ONNX of the fp32 `src`; returns (its sidecar fields, reused_from_cache).
+                   coverage: dict | None = None, source: "Variant | None" = None) -> Calibrated:
+    """Write to `out` the INT8 QDQ ONNX of the fp32 `src`; returns its sidecar fields, whether it came from
+    the cache, and its graph. `source`: the fp32 artifact as the run holds it (record and parsed graph).
 
     The calibrated graph is cached under `cache_dir` by `cache_key`; a hit copies it instead of
     running the quantizer again. `cache_dir=None` disables the cache.
     """
-    from .precision import to_int8
+    from .precision import _source, to_int8
 
     src, out = Path(src), Path(out)
+    source = _source(src, source)
     manifest = calib.manifest
     calib_info = {"name": manifest["dataset"], "split": manifest["recipe"]["split"],
                   "seed": manifest["recipe"]["seed"], "manifest_sha256": manifest["sha256"],
                   "stratified": True, "per_class": manifest["per_class"]}
     if coverage is not None:
         calib_info["coverage"] = {k: coverage[k] for k in ("tokens", "min_tokens", "warnings")}
-    key = cache_key(sha256_file(src), manifest["sha256"])
+    key = cache_key(source.sha256, manifest["sha256"])
     cached = Path(cache_dir) / f"{key}.int8.onnx" if cache_dir else None
     if cached is not None and cached.is_file():
         try:
@@ -220,11 +232,11 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
             record = {**user_fields(cached_record), "calibration_cache": str(cached)}
             record.pop("cache_key", None)
             record["calibration"] = {**record["calibration"], **calib_info}
-            return record, True
-    record = to_int8(src, out, calib.images, calib_info)
+            return Calibrated(record, True, None)
+    record, proto = to_int8(src, out, calib.images, calib_info, source=source)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with temporary_beside(cached) as tmp:
             shutil.copyfile(out, tmp)
             publish(tmp, cached, {**record, "cache_key": key})
-    return record, False
+    return Calibrated(record, False, proto)

@@ -103,7 +103,8 @@ def translations(form: str) -> dict:
     raise ValueError(f"attention form {form!r}: choose from {', '.join(FORMS)}")
 
 
-def _frozen(t: Tensor) -> nn.Parameter:
+def frozen(t: Tensor) -> nn.Parameter:
+    """A deploy-graph weight: a contiguous copy that no optimiser or export trace treats as trainable."""
     return nn.Parameter(t.detach().clone().contiguous(), requires_grad=False)
 
 
@@ -124,13 +125,13 @@ class FusedAttention(nn.Module):
         weights, biases = (wq / root, wk, wv), (bq / root, bk, bv)
         has_bias = attn.qkv.bias is not None
         if form == "onnx":  # three projections: Q (D, H*C), K and V (D, G*C)
-            self.w_q, self.w_k, self.w_v = (_frozen(w.t()) for w in weights)
-            self.b_q, self.b_k, self.b_v = (_frozen(b) for b in biases) if has_bias else (None, None, None)
+            self.w_q, self.w_k, self.w_v = (frozen(w.t()) for w in weights)
+            self.b_q, self.b_k, self.b_v = (frozen(b) for b in biases) if has_bias else (None, None, None)
         else:  # one projection for the contrib ops: [q | k | v] columns, (D, 3*H*C)
-            self.w_qkv = _frozen(torch.cat(weights).t())
-            self.b_qkv = _frozen(torch.cat(biases)) if has_bias else None
-        self.w_proj = _frozen(attn.proj.weight.t())  # (D, D)
-        self.b_proj = _frozen(attn.proj.bias) if attn.proj.bias is not None else None
+            self.w_qkv = frozen(torch.cat(weights).t())
+            self.b_qkv = frozen(torch.cat(biases)) if has_bias else None
+        self.w_proj = frozen(attn.proj.weight.t())  # (D, D)
+        self.b_proj = frozen(attn.proj.bias) if attn.proj.bias is not None else None
 
     @staticmethod
     def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:

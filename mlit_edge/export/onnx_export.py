@@ -164,14 +164,15 @@ def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tupl
     return outputs
 
 
-def variant_parity(path: str | Path, model: MLiT, images: np.ndarray) -> dict:
+def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None) -> dict:
     """How an fp16/INT8 variant compares with the fp32 PyTorch model on real images, for its sidecar: max
     and mean abs logit error, top-1 agreement, and per layer the share of tokens that keep their experts
     beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
-    why reduced precision flips a layer's routing."""
-    from ..runtime.runners import predict_all, routed_part, routing_agreement
+    why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it."""
+    from ..runtime.routing import routed_part, routing_agreement
+    from ..runtime.runners import predict_all
 
-    with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True) as run:
+    with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:
         got, routes = predict_all(run, images, routes=True)
     want, ref_routes, margins = reference_outputs(model, images)
     # the median margin of the tokens each layer routes (the fused graph's last layer: the dummy token alone)

@@ -12,16 +12,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
 import numpy as np
 
 from .quiet import quiet
 from ..runtime.messages import typed_line
 from ..runtime.runners import load_onnx
-from ..runtime.sidecar import read_sidecar, sha256_file, user_fields
+from ..runtime.sidecar import user_fields
+
+if TYPE_CHECKING:
+    from .handoff import Variant
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
+
+
+class Converted(NamedTuple):
+    """A variant written to its file: its sidecar fields, and its graph as written (so nothing parses it again)."""
+
+    record: dict
+    proto: Any
 
 
 def router_nodes(model) -> set[str]:
@@ -79,13 +89,22 @@ def head_nodes(model) -> set[str]:
     return {n.name for n in model.graph.node if logits in n.output}
 
 
-def _derived_record(src: Path, precision: str, extra: dict, source: dict | None = None) -> dict:
-    """The variant's sidecar fields: its source's (`source`: that sidecar, when the caller read it), then `extra`."""
-    record = user_fields(source if source is not None else read_sidecar(src))
+def _source(src: Path, source: "Variant | None") -> "Variant":
+    """The fp32 artifact a variant is made from: the one the run holds, else read from disk (once)."""
+    if source is not None:
+        return source
+    from .handoff import Variant
+
+    return Variant.read(src)
+
+
+def _derived_record(source: "Variant", precision: str, extra: dict) -> dict:
+    """The variant's sidecar fields: its source's, then `extra`."""
+    record = user_fields(source.record.to_dict())
     for measured in ("parity", "accuracy"):  # the fp32 export's figures; the variant gets its own
         record.pop(measured, None)
     # a variant runs where its source runs (a fused ONNX Runtime graph stays ONNX Runtime's), unless it narrows it
-    return {**record, "precision": precision, "source_onnx": src.name, "source_onnx_sha256": sha256_file(src),
+    return {**record, "precision": precision, "source_onnx": source.path.name, "source_onnx_sha256": source.sha256,
             "runtime": record.get("runtime", "any"), **extra}
 
 
@@ -114,14 +133,16 @@ def name_nodes(model) -> int:
     return renamed
 
 
-def to_fp16(src: str | Path, out: str | Path) -> dict:
+def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -> Converted:
     """Write to `out` the fp16 ONNX of `src`, with LayerNorm, Softmax, router and head in fp32; returns its
-    sidecar fields (the caller measures the file, then publishes it with them)."""
+    sidecar fields (the caller measures the file, then publishes it with them) and its graph. `source`: the
+    fp32 artifact as the run holds it (record and parsed graph), read from `src` otherwise."""
     import onnx
     from onnxconverter_common import float16
 
     src, out = Path(src), Path(out)
-    model = load_onnx(src)
+    source = _source(src, source)
+    model = source.graph()
     name_nodes(model)
     keep = router_nodes(model) | head_nodes(model) | {n.name for n in model.graph.node if n.op_type in FP32_OPS}
     try:
@@ -133,7 +154,8 @@ def to_fp16(src: str | Path, out: str | Path) -> dict:
                          "build fp32 or int8 from it instead") from None
     _set_precision_meta(converted, "fp16")
     onnx.save(converted, str(out))
-    return _derived_record(src, "fp16", {"fp32_nodes": {"ops": sorted(FP32_OPS), "router_and_head": len(keep)}})
+    return Converted(_derived_record(source, "fp16", {"fp32_nodes": {"ops": sorted(FP32_OPS),
+                                                                      "router_and_head": len(keep)}}), converted)
 
 
 def float_inputs(model, nodes: set[str]) -> int:
@@ -164,27 +186,25 @@ class _Reader:
         return None if batch is None else {self.input_name: batch}
 
 
-def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dict, batch: int = 32) -> dict:
+def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dict, batch: int = 32,
+            source: "Variant | None" = None) -> Converted:
     """Write to `out` the INT8 QDQ ONNX of `src` calibrated on `calib` (N, 3, S, S) float32; returns its
-    sidecar fields."""
+    sidecar fields and its graph. Only TensorRT's flavour is made this way (`flavours.FLAVOURS`)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
-    source = read_sidecar(src)
-    if source.get("runtime", "any") not in ("any", "tensorrt"):
-        raise ValueError(f"{src.name} is ONNX Runtime's graph (fused attention); TensorRT's INT8 is made from the "
-                         "portable fp32 export: mlit-edge build ... --target tensorrt")
-    model = load_onnx(src)
+    source = _source(src, source)
+    model = source.graph()
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
     input_name = model.graph.input[0].name
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
     step = fixed.dim_value if fixed.HasField("dim_value") else batch
     batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
     with quiet():
-        quantize_static(str(src), str(out), _Reader(input_name, batches), quant_format=QuantFormat.QDQ,
+        quantize_static(model, str(out), _Reader(input_name, batches), quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=["MatMul", "Gemm", "Conv"], per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude,
@@ -194,25 +214,27 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     float_inputs(quantized, set(exclude))
     _set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
-    return _derived_record(src, "int8", {"runtime": "tensorrt",
-                                         "calibration": {**calib_info, "images": int(len(calib)),
-                                                         "method": "MinMax, symmetric, per-channel weights",
-                                                         "float_nodes": len(exclude)}}, source)
+    return Converted(_derived_record(source, "int8", {"runtime": "tensorrt",
+                                                      "calibration": {**calib_info, "images": int(len(calib)),
+                                                                      "method": "MinMax, symmetric, per-channel weights",
+                                                                      "float_nodes": len(exclude)}}), quantized)
 
 
-def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = None) -> dict:
+def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = None,
+                    source: "Variant | None" = None) -> Converted:
     """Write to `out` the INT8 ONNX of `src` that ONNX Runtime's CPU kernels run fastest (measured against
     static QDQ and QOperator graphs: docs/export-and-build.md): int8 per-channel weights, each call's activations
     quantized from their own range (DynamicQuantizeMatMul on VNNI/AVX2), the router and the
-    activation-by-activation matmuls in float. Returns its sidecar fields. ONNX Runtime only."""
+    activation-by-activation matmuls in float. Returns its sidecar fields and graph. ONNX Runtime only."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src, out = Path(src), Path(out)
-    model = load_onnx(src)
+    source = _source(src, source)
+    model = source.graph()
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
     with quiet():
-        quantize_dynamic(str(src), str(out), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
+        quantize_dynamic(model, str(out), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
                          weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
     quantized = load_onnx(out)
     _set_precision_meta(quantized, "int8")
@@ -221,4 +243,5 @@ def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = No
                     "activations": "uint8 from each call's own range (no calibration set)", "float_nodes": len(exclude)}
     if coverage is not None:
         quantization["coverage"] = {k: coverage[k] for k in ("tokens", "min_tokens", "warnings")}
-    return _derived_record(src, "int8", {"runtime": "onnxruntime", "quantization": quantization})
+    return Converted(_derived_record(source, "int8", {"runtime": "onnxruntime", "quantization": quantization}),
+                     quantized)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .names import artifact_stem
+from ..runtime.schema import ArtifactRecord
+from .flavours import artifact_stem
 
 if TYPE_CHECKING:
     from ..model.config import MLiTConfig
@@ -31,16 +32,6 @@ def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str 
                            "resize": "antialiased bilinear, then uint8 rounding (mlit_edge.runtime.preprocess)",
                            "layout": "NCHW float32", "dataset": data.get("name")},
             "checkpoint": checkpoint, "checkpoint_sha256": sha256, "random_weights": checkpoint is None}
-
-
-def checked_size(claimed: Any, cfg: "MLiTConfig") -> str:
-    """The size name the artifacts of a checkpoint that claims `claimed` may carry: a registered size (or
-    SIZE-custom when `cfg` differs from it), else "custom". The checkpoint's own field goes into no file
-    name or message as it is: it may hold a path (`a/../../x`) or terminal escape codes."""
-    from ..model.config import SIZES, size_label
-
-    key = claimed.lower().removesuffix("-custom") if isinstance(claimed, str) else None
-    return size_label(key, cfg) if key in SIZES else "custom"
 
 
 def check_publishable(record: dict, cfg: "MLiTConfig | None", where: str) -> None:
@@ -71,7 +62,7 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     exists for that size and class count; otherwise, or with `random_weights`, the weights are random
     (fine for latency work, meaningless for accuracy).
     """
-    from ..model.config import get_config
+    from ..model.config import claimed_size, get_config
     from ..model.mlit import MLiT, count_parameters
     from ..train.checkpoint import model_from_checkpoint, read_checkpoint
     from ..train.pretrained import default_for
@@ -81,7 +72,7 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     if checkpoint:
         ckpt, sha = read_checkpoint(checkpoint, kind="mlit")
         model = model_from_checkpoint(ckpt)
-        claimed = checked_size(ckpt.get("size"), model.cfg)
+        claimed = claimed_size(ckpt.get("size"), model.cfg)
         if size and ckpt.get("size") is not None and claimed != size:
             raise ValueError(f"{checkpoint} holds an mLiT-{claimed.upper()}, not {size.upper()}; "
                              "drop --size or pass the matching checkpoint")
@@ -103,51 +94,44 @@ class Source:
     """What an export starts from: the record its artifacts carry, and the PyTorch classifier (None when
     the source is an existing ONNX) or that ONNX and the precision it already carries."""
 
-    record: dict
+    record: ArtifactRecord
     model: Any = None  # MLiT; typed loosely so that an ONNX source needs no torch
-    onnx: Path | None = None
+    onnx: Path | None = None  # its record then holds the ONNX's sha256, checked when its sidecar was read
     precision: str = "fp32"
     named: bool = False  # the user named it: no banner about a default pretrained model
 
     @property
     def stem(self) -> str:
         """The name its artifacts start with: mlit-SIZE, or the given ONNX's own stem."""
-        return artifact_stem(self.onnx) if self.onnx else f"mlit-{self.record['model']['size']}"
+        return artifact_stem(self.onnx) if self.onnx else f"mlit-{self.record.size}"
 
     def check_batch(self, batch: int, option: str = "--batch") -> None:
         """Refuse, before anything is allocated, a batch whose buffers would not fit this machine: the
         model's config, or the one its record describes (a device has no torch to build the model)."""
         from ..model.budget import check_batch_fits
-        from ..model.config import MLiTConfig
+        from ..model.config import record_config
 
-        cfg = getattr(self.model, "cfg", None)
-        if cfg is None:
-            try:
-                cfg = MLiTConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                    for k, v in ((self.record.get("model") or {}).get("config") or {}).items()
-                                    if k in MLiTConfig.__dataclass_fields__})
-            except (TypeError, ValueError):
-                cfg = MLiTConfig()
+        cfg = self.model.cfg if self.model is not None else record_config(self.record.config)
         check_batch_fits(cfg, batch, option)
 
-    def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool, attention: str = "grouped") -> bool:
-        """Whether `fp32` is already this checkpoint's export, from the same opset, batch, attention form and
-        mlit-edge version (it was checked against PyTorch when written)."""
+    def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool,
+                 attention: str = "grouped") -> ArtifactRecord | None:
+        """The record of `fp32` when it is already this checkpoint's export, from the same opset, batch,
+        attention form and mlit-edge version (it was checked against PyTorch when written); else None."""
         from .. import __version__
-        from ..runtime.sidecar import read_sidecar
+        from ..runtime.schema import read_record
 
-        sha = self.record.get("checkpoint_sha256")
+        sha = self.record.checkpoint_sha256
         if not sha or not fp32.is_file():
-            return False
+            return None
         try:
-            rec = read_sidecar(fp32)
+            rec = read_record(fp32)
         except (OSError, ValueError):
-            return False
-        return (rec.get("checkpoint_sha256") == sha and rec.get("opset") == opset
-                and rec.get("batch") == (batch or "dynamic") and rec.get("probe") is probe
-                and rec.get("mlit_edge_version") == __version__
-                and (rec.get("attention") or {}).get("form", "grouped") == attention
-                and (rec.get("parity") or {}).get("max_abs_err") is not None)
+            return None
+        same = (rec.checkpoint_sha256 == sha and rec.opset == opset and rec.batch == (batch or "dynamic")
+                and rec.probe is probe and rec.get("mlit_edge_version") == __version__ and rec.attention == attention
+                and rec.parity_max_abs_err is not None)
+        return rec if same else None
 
 
 def open_source(opts, onnx: str | None = None) -> Source:
@@ -158,7 +142,7 @@ def open_source(opts, onnx: str | None = None) -> Source:
     else:
         model, record = load_for_export(opts.checkpoint, opts.size or (None if opts.checkpoint else "xxs"),
                                         opts.num_classes, opts.random_weights)
-        source = Source(record, model, named=bool(opts.checkpoint))
+        source = Source(ArtifactRecord.of(record), model, named=bool(opts.checkpoint))
     from ..train.pretrained import weights_banner
 
     banner = weights_banner(source.record, source.named)
@@ -174,11 +158,15 @@ def _onnx_source(path: Path) -> Source:
     if not path.is_file():
         raise FileNotFoundError(f"--onnx {path} does not exist")
     try:
-        record = user_fields(read_sidecar(path))
-        check_publishable(record, None, f"refused {path}")
-        return Source(record, onnx=path, precision=record.get("precision", "fp32"), named=True)
+        sidecar = read_sidecar(path)
     except FileNotFoundError:
         pass
+    else:
+        record = user_fields(sidecar)
+        check_publishable(record, None, f"refused {path}")
+        # the sha256 the sidecar was just checked against: the variants' records cite it
+        return Source(ArtifactRecord.of({**record, "sha256": sidecar["sha256"]}), onnx=path,
+                      precision=record.get("precision", "fp32"), named=True)
     from ..runtime.runners import load_onnx  # only without a sidecar: a device with one needs no onnx package
 
     meta = {p.key: p.value for p in load_onnx(path, load_external_data=False).metadata_props}
@@ -188,4 +176,4 @@ def _onnx_source(path: Path) -> Source:
     record = {"classes": info.get("classes"), "preprocess": info.get("preprocess"), "model": info.get("model"),
               "precision": info.get("precision", "fp32")}
     check_publishable(record, None, f"refused {path}")
-    return Source(record, onnx=path, precision=record["precision"], named=True)
+    return Source(ArtifactRecord.of(record), onnx=path, precision=record["precision"], named=True)

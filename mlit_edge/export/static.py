@@ -33,7 +33,7 @@ from ..model.attention import Attention
 from ..model.mlit import MLiT
 from ..model.moe import MoE, mix_experts
 from . import ATTENTION_FORMS, GROUPED
-from .fused_attention import FusedAttention, translations
+from .fused_attention import FusedAttention, frozen as _frozen, translations
 
 
 @torch.library.custom_op("mlit_edge::one_hot", mutates_args=())
@@ -56,10 +56,6 @@ def onnx_translations(attention: str = GROUPED) -> dict:
 
     fused = {} if attention == GROUPED else translations(attention)
     return {torch.ops.mlit_edge.one_hot.default: one_hot_onnx, **fused}
-
-
-def _frozen(t: Tensor) -> nn.Parameter:
-    return nn.Parameter(t.detach().clone().contiguous(), requires_grad=False)
 
 
 class StaticAttention(nn.Module):

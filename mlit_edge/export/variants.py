@@ -1,66 +1,74 @@
 """Precision variants of an fp32 export, made one way for `export` and `build` alike.
 
-One naming rule (`variant_path`), one function that makes a variant (`make_variant`): convert or
-calibrate into a temporary file, measure it there (against the PyTorch model when there is one, and
-top-1 on the held-out split), then publish the file and its sidecar together, written once with
-everything measured.
+One function makes a variant (`make_variant`) from the fp32 artifact the run holds (`Variant`: its path,
+typed record and parsed graph) and what every variant of the run shares (`Inputs`: the model and the
+data, each loaded once): convert or calibrate into a temporary file, measure it there (against the
+PyTorch model when there is one, and top-1 on the held-out split), then publish the file and its
+sidecar together, written once with everything measured. The flavour (`flavours.FLAVOURS`) says how.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..runtime.artifact import torch_available
-from ..runtime.runners import partial_layers
+
+from ..runtime.routing import partial_layers
+from ..runtime.schema import ArtifactRecord
 from ..runtime.sidecar import publish, temporary_beside
-from .names import artifact_stem, variant_path
-from .calibration import (MIN_EXPERT_TOKENS, Recipe, calibrate_int8, calibration_set, format_coverage,
-                          routing_coverage, write_manifest)
+from .calibration import (MIN_EXPERT_TOKENS, CalibrationSet, Recipe, calibrate_int8, calibration_set,
+                          format_coverage, routing_coverage, write_manifest)
+from .flavours import Flavour, artifact_stem
+from .handoff import HeldOut, Variant
 
 logger = logging.getLogger(__name__)
 
-HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
-
-
 def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root: str | Path = "data",
-                  batch: int = 250) -> dict:
-    """Top-1 of an ONNX classifier on a dataset split through ONNX Runtime (eval preprocessing)."""
+                  batch: int = 250, held_out: HeldOut | None = None, content: bytes | None = None) -> dict:
+    """Top-1 of an ONNX classifier on a dataset split through ONNX Runtime (eval preprocessing).
+    `held_out`: the test split already decoded."""
     from ..runtime.runners import OnnxRuntimeRunner, predict_all
-    from ..train.data import load_dataset
 
-    ds = load_dataset(dataset, split, data_root)
-    labels = ds.labels.numpy()
-    with OnnxRuntimeRunner(path) as run:
-        logits, _ = predict_all(run, ds.inputs(), batch)
+    if held_out is not None and split == "test":
+        images, labels, name = held_out.labelled()
+    else:
+        from ..train.data import load_dataset
+
+        ds = load_dataset(dataset, split, data_root)
+        images, labels, name = ds.inputs(), ds.labels.numpy(), ds.name
+    with OnnxRuntimeRunner(path, content=content) as run:
+        logits, _ = predict_all(run, images, batch)
     correct = int((logits.argmax(-1) == labels).sum())
-    return {"dataset": ds.name, "split": split, "images": int(len(labels)), "top1": correct / max(1, len(labels))}
+    return {"dataset": name, "split": split, "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
 
 def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
-            step: str | None = "[export 3/3]") -> dict:
+            step: str | None = "[export 3/3]", held_out: HeldOut | None = None, proto: Any = None) -> dict:
     """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
     for a reduced precision, and `accuracy` on the held-out split of its dataset.
 
-    `step` prefixes the accuracy line; None measures silently what is not asked (an intermediate file)."""
+    `step` prefixes the accuracy line; None measures silently what is not asked (an intermediate file).
+    `held_out`: the decoded test split; `proto`: the artifact's graph, when the caller holds it parsed."""
     out = {}
-    dataset = (record.get("preprocess") or {}).get("dataset")
-    if model is not None and record.get("precision") != "fp32":
-        from ..train.data import sample_images
+    rec = ArtifactRecord.of(record)
+    dataset = rec.dataset
+    held_out = held_out or (HeldOut(dataset, data_root) if dataset else None)
+    if model is not None and rec.precision != "fp32":
         from .onnx_export import variant_parity
 
-        held_out, _ = sample_images(dataset or "mnist5k", "test", HELD_OUT, data_root)
-        out["parity"] = parity = variant_parity(path, model, held_out)
+        images = held_out.sample() if held_out else HeldOut("mnist5k", data_root).sample()
+        out["parity"] = parity = variant_parity(path, model, images, proto=proto)
         logger.info(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement "
                     f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
-        logger.info(routing_report(parity, record["precision"]))
-    if evaluate and dataset and not record.get("random_weights"):
-        out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root)
+        logger.info(routing_report(parity, rec.precision))
+    if evaluate and dataset and not rec.random_weights:
+        content = proto.SerializeToString() if proto is not None else None
+        out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root, held_out=held_out, content=content)
         logger.info(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, "
                     f"ONNX Runtime): {acc['top1']:.4f}")
     elif step is not None:
-        why = ("random weights" if record.get("random_weights") else "no dataset recorded" if not dataset else
-               "--no-eval")
+        why = ("random weights" if rec.random_weights else "no dataset recorded" if not dataset else "--no-eval")
         logger.info(f"{step} accuracy skipped ({why})")
     return out
 
@@ -86,53 +94,68 @@ def routing_report(parity: dict, precision: str) -> str:
 
 
 @dataclass
-class Variant:
-    path: Path
-    record: dict
-    coverage: dict | None = None  # INT8: tokens per expert per layer on the calibration set
-    calibration_reused: bool | None = None
+class Inputs:
+    """What every variant of one run shares, each loaded once: the PyTorch model, the data and the settings."""
+
+    model: Any = None  # the PyTorch model to measure parity against (None on a device)
+    recipe: Recipe = field(default_factory=Recipe)
+    data_root: str | Path = "data"
+    cache_dir: str | Path | None = None
+    min_expert_tokens: int = MIN_EXPERT_TOKENS
+    evaluate: bool = True
+    torch: bool = True  # datasets need it: without it (a device) no routing report is made
+    held_out: HeldOut | None = None
+    _calib: CalibrationSet | None = field(default=None, repr=False)
+
+    def calibration(self) -> CalibrationSet:
+        if self._calib is None:
+            self._calib = calibration_set(self.recipe, self.data_root)
+        return self._calib
 
 
-def make_variant(src: str | Path, precision: str, model=None, recipe: Recipe | None = None,
-                 data_root: str | Path = "data", cache_dir: str | Path | None = None,
-                 min_expert_tokens: int = MIN_EXPERT_TOKENS, evaluate: bool = True, folder: str | Path | None = None,
-                 runtime: str = "tensorrt") -> Variant:
-    """The fp16 or INT8 variant of the fp32 ONNX `src` (`variant_path`: beside it, or in `folder`), measured
-    and published with its sidecar. `model`: the PyTorch model to measure parity against (None on a device).
-    `runtime`: INT8 for "tensorrt" is QDQ in TensorRT's recipe; for "onnxruntime" it is the graph ONNX
-    Runtime's CPU kernels run fastest (`precision.to_int8_dynamic`)."""
+def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) -> Variant:
+    """The variant of the fp32 artifact `src` in `flavour` at `final`, measured and published with its sidecar."""
     from .precision import to_fp16, to_int8_dynamic
 
-    if precision not in ("fp16", "int8"):
-        raise ValueError(f"a variant is fp16 or int8, not {precision!r}")
-    src, final = Path(src), variant_path(src, precision, folder, runtime)
+    if flavour.maker not in ("fp16", "int8-qdq", "int8-dynamic"):
+        raise ValueError(f"{flavour.tag} is made by the export itself, not as a variant")
     coverage = reused = None
+    proto = None
     with temporary_beside(final) as tmp:
-        if precision == "fp16":
-            logger.info(f"[export 2/3] fp16 {final} (LayerNorm, softmax, router and head stay fp32)")
-            record = to_fp16(src, tmp)
-        elif runtime == "onnxruntime":
-            recipe = recipe or Recipe()
-            logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: int8 per-channel weights, activations "
-                        "quantized per call (no calibration set needed)")
-            if torch_available():  # the routing report reads a dataset; a device without torch skips it
+        if flavour.maker == "fp16":
+            logger.info(f"[export 2/3] fp16 {final} ({flavour.about})")
+            record, proto = to_fp16(src.path, tmp, source=src)
+        elif flavour.maker == "int8-dynamic":
+            logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: {flavour.about}")
+            if inputs.torch:  # the routing report reads a dataset; a device without torch skips it
                 # no minimum: nothing is calibrated (each call's activations are quantized from their own range),
                 # and the fused graph routes only the dummy token in its last layer
-                coverage = routing_coverage(src, calibration_set(recipe, data_root).images, min_tokens=0)
+                coverage = routing_coverage(src.path, inputs.calibration().images, min_tokens=0, proto=src.graph())
                 logger.info(format_coverage(coverage))
-            record = to_int8_dynamic(src, tmp, coverage)
+            record, proto = to_int8_dynamic(src.path, tmp, coverage, source=src)
         else:
-            recipe = recipe or Recipe()
+            recipe = inputs.recipe
             logger.info(f"[export 2/3] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
                         f"{recipe.split} (seed {recipe.seed})")
-            calib = calibration_set(recipe, data_root)
+            calib = inputs.calibration()
             manifest = write_manifest(calib.manifest, final.with_name(f"{artifact_stem(final)}-int8.calib.json"))
-            coverage = routing_coverage(src, calib.images, min_tokens=min_expert_tokens,
-                                        available=calib.manifest["split_size"])
+            coverage = routing_coverage(src.path, calib.images, min_tokens=inputs.min_expert_tokens,
+                                        available=calib.manifest["split_size"], proto=src.graph())
             logger.info(format_coverage(coverage))
-            record, reused = calibrate_int8(src, tmp, calib, cache_dir, coverage)
+            record, reused, proto = calibrate_int8(src.path, tmp, calib, inputs.cache_dir, coverage, source=src)
             logger.info(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
                                           f"calibrated; manifest {manifest.name}"))
-        record.update(measure(tmp, record, model, evaluate, data_root))
+        record.update(measure(tmp, record, inputs.model, inputs.evaluate, inputs.data_root, held_out=inputs.held_out,
+                              proto=proto))
         record = publish(tmp, final, record)
-    return Variant(final, record, coverage, reused)
+    return Variant(final, ArtifactRecord.of(record), coverage, reused, proto)
+
+
+def variant_of(src: str | Path, precision: str, inputs: Inputs | None = None, runtime: str = "tensorrt",
+               folder: str | Path | None = None) -> Variant:
+    """`make_variant` for an fp32 export on disk (a script or a test; the pipeline holds its artifacts): the
+    flavour of (`precision`, `runtime`), named beside `src` or in `folder`."""
+    from .flavours import flavour, variant_path
+
+    return make_variant(Variant.read(src), flavour(precision, runtime), inputs or Inputs(),
+                        variant_path(src, precision, folder, runtime))

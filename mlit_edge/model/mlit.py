@@ -139,8 +139,9 @@ class MLiT(nn.Module):
         return (logits, aux) if return_aux else logits
 
 
-def create_model(name: str, **overrides) -> MLiT:
-    """Build a registered size: `create_model("xxs", num_classes=10)`."""
+def new_model(name: str, **overrides) -> MLiT:
+    """A new, randomly initialised mLiT of a registered size: `new_model("xxs", num_classes=10)`.
+    `mlit_edge.create_model` (train.hub) adds the shipped pretrained weights."""
     return MLiT(get_config(name, **overrides))
 
 

@@ -77,7 +77,7 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
 
     from .graph_scan import check_graph
     from .runners import OnnxRuntimeRunner
-    from .schema import check_onnxruntime, check_record
+    from .schema import ArtifactRecord, check_onnxruntime, check_record
     from .sidecar import read_sidecar
 
     try:
@@ -92,7 +92,7 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
     runner = OnnxRuntimeRunner(path, threads=options.threads, providers=list(options.providers or []) or None,
                                expose_routing=options.routing, mem_arena=options.ort_arena, content=content,
                                mem_pattern=options.ort_mem_pattern,
-                               session=(record.get("onnxruntime") or {}).get("session"))
+                               session=ArtifactRecord.of(record).ort_session)
     return runner, record
 
 

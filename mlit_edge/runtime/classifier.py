@@ -21,7 +21,7 @@ from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifa
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
 from .preprocess import normalize, resize_images
 from .runners import Runner, predict_all
-from .schema import check_against_model, classifier_fields
+from .schema import ArtifactRecord, check_against_model, classifier_fields
 
 
 @dataclass
@@ -40,8 +40,7 @@ class Classifier:
         pre = record["preprocess"]
         self.size, self.mean, self.std = pre["size"], pre["mean"], pre["std"]
         self.classes: list[str] = list(record["classes"])
-        profile = (record.get("engine") or {}).get("flags", {}).get("profile", {})
-        self.max_batch = runner.static_batch or int(profile.get("max", BATCH_PROFILE[-1]))
+        self.max_batch = runner.static_batch or int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True,

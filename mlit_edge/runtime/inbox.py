@@ -6,7 +6,7 @@ the results file or the folders around it.
   when its holder dies, kill -9 included.
 - **Claim, record, settle.** A file is renamed into `inbox/processing/ID--NAME` (atomic) before it is
   classified, its row carries `"id": ID`, and only then is it moved to `done/` or `failed/`. After a kill
-  at any instant, `recover` finds each claimed file: one whose ID is in the results file is settled, one
+  at any instant, `recover_claims` finds each claimed file: one whose ID is in the results file is settled, one
   whose ID is not goes back to the inbox to be classified. So no image gets two rows and none gets none.
 - **A file that cannot be settled** (done/ not writable, another file system) stays in `processing/`,
   recorded once, with one log line; it is never classified again.
@@ -116,7 +116,7 @@ def _claimed(inbox: Path) -> Iterator[tuple[str, str, Path]]:
             yield claim_id, name, p
 
 
-def recover(inbox: Path, log: "ResultsLog") -> int:
+def recover_claims(inbox: Path, log: "ResultsLog") -> int:
     """Finish what a killed server left in processing/: settle the files whose rows are in the results, and
     return the others to the inbox. Returns how many were returned."""
     recorded = log.recorded_ids()

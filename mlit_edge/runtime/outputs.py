@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 from .artifact import FORMATS
-from .sidecar import read_sidecar, recover
+from .schema import ArtifactRecord
+from .sidecar import read_sidecar, recover_publishes
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def output_folder(folder: str | Path) -> Iterator[Path]:
         raise PermissionError(f"cannot write to the output folder {folder}")
     try:
         with _locked(folder):
-            for line in recover(folder):
+            for line in recover_publishes(folder):
                 logger.info(f"{folder}: {line} (a build was interrupted there)")
             stale = [p for p in folder.glob(".*.tmp") if p.is_file() and any(s in p.name for s in ARTIFACT_MARKS)]
             for p in stale:  # under the lock no other build is alive, so its temporaries are stale
@@ -88,7 +89,7 @@ def source_of(record: dict) -> tuple:
     if record.get("checkpoint_sha256"):
         return ("checkpoint", record["checkpoint_sha256"])
     if record.get("random_weights"):
-        return ("random weights", (record.get("model") or {}).get("size"))
+        return ("random weights", ArtifactRecord.of(record).size)
     return ("unknown", record.get("source_onnx_sha256"))
 
 

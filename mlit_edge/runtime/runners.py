@@ -97,7 +97,8 @@ class Runner:
 class OnnxRuntimeRunner(Runner):
     """An ONNX model through ONNX Runtime (CPU by default; CUDA/TensorRT providers where installed).
 
-    `content` is the file's bytes, already verified by the caller, loaded instead of the path.
+    `content` is the file's bytes, already verified by the caller, loaded instead of the path (or the
+    parsed model, when the caller holds it).
     `expose_routing` adds every TopK's indices as outputs (`route_names`). `session` holds the
     session options an artifact's sidecar recorded for ONNX Runtime (`graph_optimization_level`,
     `threads`); `threads` and `mem_arena` given here win.
@@ -141,6 +142,8 @@ class OnnxRuntimeRunner(Runner):
         if self.expose_routing:
             proto, self.route_names, self.route_experts = with_routing_outputs(model)
             model = proto.SerializeToString()
+        elif not isinstance(model, (str, bytes)):  # a parsed model
+            model = model.SerializeToString()
         try:
             self._session = ort.InferenceSession(model, opts, providers=providers)
         except Exception as e:  # ONNX Runtime raises its own exception types for bad files
@@ -182,11 +185,16 @@ def graph_level(ort, name: str):
     return getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[name])
 
 
-def load_onnx(src: str | Path | bytes, load_external_data: bool = True):
-    """An ONNX model from a path or its bytes; a one-line ValueError for anything onnx cannot load
-    (not ONNX, truncated, external data that is missing or points outside the model's folder)."""
+def load_onnx(src, load_external_data: bool = True):
+    """An ONNX model from a path, its bytes, or a parsed model (copied, not parsed again); a one-line
+    ValueError for anything onnx cannot load (not ONNX, truncated, external data that is missing or
+    points outside the model's folder)."""
     import onnx
 
+    if isinstance(src, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(src)
+        return copy
     try:
         if isinstance(src, bytes):
             return onnx.load_from_string(src)
@@ -196,8 +204,8 @@ def load_onnx(src: str | Path | bytes, load_external_data: bool = True):
         raise ValueError(f"{name} is not a loadable ONNX model ({typed_line(e, 200)})") from None
 
 
-def with_routing_outputs(src: str | Path | bytes):
-    """The ONNX model (a path or its bytes) with every TopK's indices added as graph outputs (routing
+def with_routing_outputs(src):
+    """The ONNX model (a path, its bytes or a parsed model) with every TopK's indices added as graph outputs (routing
     recovered from the graph itself), their names, and each TopK's expert count (None where shape
     inference cannot tell)."""
     import onnx
@@ -239,31 +247,3 @@ def predict_all(runner: Runner, images: np.ndarray, batch: int = 64,
             for acc, name in zip(per_layer, runner.route_names):
                 acc.append(out[name].reshape(len(x), -1, out[name].shape[-1])[:n])
     return np.concatenate(logits), ([np.concatenate(r) for r in per_layer] if routes else None)
-
-
-def routed_part(reference: np.ndarray, tokens: int) -> np.ndarray:
-    """The part of a reference (images, all tokens, ...) that a layer routing only `tokens` tokens an image
-    computes: the last ones (ONNX Runtime's flavour computes its last layer for the dummy token alone)."""
-    return reference[:, reference.shape[1] - tokens:]
-
-
-def partial_layers(routed_tokens: list[int] | None, layers: int) -> list[bool]:
-    """Which layers route fewer tokens an image than the others (the fused graph's last layer)."""
-    routed = routed_tokens or [0] * layers
-    return [t < max(routed) for t in routed]
-
-
-def routing_agreement(routes: list[np.ndarray], ref_routes: list[np.ndarray]) -> list[float]:
-    """Per layer: the share of tokens whose set of top-k experts equals the reference's. Each is (images,
-    tokens, k); a layer that routes only the last tokens of each image (ONNX Runtime's flavour computes
-    its last layer for the dummy token alone) is compared on those."""
-    if len(routes) != len(ref_routes):
-        raise ValueError(f"{len(routes)} routed layers vs {len(ref_routes)} in the reference")
-    out = []
-    for got, want in zip(routes, ref_routes):
-        if got.ndim == want.ndim == 3 and got.shape[1] < want.shape[1]:
-            want = routed_part(want, got.shape[1])
-        k = got.shape[-1]
-        g, w = np.sort(got.reshape(-1, k), axis=1), np.sort(want.reshape(-1, k), axis=1)
-        out.append(float(np.all(g == w, axis=1).mean()))
-    return out

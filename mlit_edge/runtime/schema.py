@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
 
 from .runners import Runner, check_threads
 
@@ -20,6 +23,104 @@ RUNTIMES = ("any", "tensorrt", "onnxruntime")  # what an artifact's graph was ma
 
 class SidecarError(ValueError):
     """A sidecar field the runtime cannot use: the message names the field."""
+
+
+def _obj(value: Any) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes the model's input: resize to `size`, then (pixel / 255 - mean) / std."""
+
+    size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    dataset: str | None = None  # what the model was trained on: its held-out split measures accuracy
+
+
+@dataclass(frozen=True)
+class ArtifactRecord(Mapping):
+    """An artifact's sidecar, typed: the fields the stages act on, read once from the JSON (`raw`, kept as
+    it is on disk). Field access replaces probing nested dicts; the mapping interface reads `raw`'s top
+    level, for the code that copies a record into a new one. `check_record` validates the types first
+    (`read_record`); a record made in memory is taken as the stage wrote it."""
+
+    raw: Mapping[str, Any] = field(repr=False)
+    precision: str = "fp32"
+    runtime: str = "any"
+    classes: tuple[str, ...] | None = None
+    preprocess: Preprocess | None = None
+    size: str | None = None  # model.size: a registered size, SIZE-custom or custom
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False)  # model.config, the MLiTConfig's fields
+    checkpoint: str | None = None
+    checkpoint_sha256: str | None = None
+    random_weights: bool = False
+    sha256: str | None = None  # of the artifact itself, as published
+    batch: int | str | None = None  # "dynamic" or the fixed batch
+    opset: int | None = None
+    probe: bool | None = None
+    attention: str = "grouped"  # the attention form (export.ATTENTION_FORMS)
+    attention_op: str | None = None
+    ort_session: Mapping[str, Any] = field(default_factory=dict)  # ONNX Runtime session options
+    ort_requires: str | None = None  # the oldest ONNX Runtime that runs the graph
+    parity_max_abs_err: float | None = None
+    top1: float | None = None  # accuracy.top1 on the held-out split
+    max_batch: int | None = None  # engine.flags.profile.max of a dynamic-batch plan
+    engine_io: Mapping[str, Any] | None = None  # engine.io: the plan's inputs and outputs
+    calibration_sha256: str | None = None  # the INT8 calibration manifest's
+
+    @classmethod
+    def of(cls, record: "Mapping[str, Any] | ArtifactRecord") -> "ArtifactRecord":
+        """The typed view of a record (a record already typed is returned as it is)."""
+        if isinstance(record, ArtifactRecord):
+            return record
+        model, pre, att = _obj(record.get("model")), record.get("preprocess"), _obj(record.get("attention"))
+        ort, engine = _obj(record.get("onnxruntime")), _obj(record.get("engine"))
+        profile = _obj(_obj(engine.get("flags")).get("profile"))
+        preprocess = None
+        if isinstance(pre, Mapping) and "size" in pre:
+            preprocess = Preprocess(pre["size"], tuple(pre.get("mean") or ()), tuple(pre.get("std") or ()),
+                                    pre.get("dataset"))
+        classes = record.get("classes")
+        return cls(MappingProxyType(dict(record)), record.get("precision", "fp32"), record.get("runtime", "any"),
+                   tuple(classes) if isinstance(classes, list) else None, preprocess, model.get("size"),
+                   _obj(model.get("config")), record.get("checkpoint"), record.get("checkpoint_sha256"),
+                   bool(record.get("random_weights")), record.get("sha256"), record.get("batch"),
+                   record.get("opset"), record.get("probe"), att.get("form", "grouped"), att.get("op"),
+                   _obj(ort.get("session")), ort.get("requires"), _obj(record.get("parity")).get("max_abs_err"),
+                   _obj(record.get("accuracy")).get("top1"), profile.get("max"),
+                   engine.get("io") if isinstance(engine.get("io"), Mapping) else None,
+                   _obj(record.get("calibration")).get("manifest_sha256"))
+
+    @property
+    def dataset(self) -> str | None:
+        return self.preprocess.dataset if self.preprocess else None
+
+    def to_dict(self) -> dict:
+        """The JSON record, as a new dict (to derive a record from this one)."""
+        import copy
+
+        return copy.deepcopy(dict(self.raw))
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+def read_record(artifact: str | Path, content: bytes | None = None) -> ArtifactRecord:
+    """An artifact's sidecar read, checked against the artifact's bytes (sha256) and validated
+    (`check_record`), once: the typed record every stage then uses."""
+    from .sidecar import read_sidecar
+
+    record = read_sidecar(artifact, content=content)
+    check_record(record, artifact)
+    return ArtifactRecord.of(record)
 
 
 def _numbers(value, n: int) -> bool:
@@ -107,9 +208,10 @@ def _version(text: str) -> tuple[int, ...]:
 def check_onnxruntime(record: dict, installed: str, path: str | Path) -> None:
     """Refuse, in one line and before the session is made, an artifact whose graph needs a newer ONNX
     Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23)."""
-    need = (record.get("onnxruntime") or {}).get("requires")
+    rec = ArtifactRecord.of(record)
+    need = rec.ort_requires
     if need and _version(installed) < _version(need):
-        op = (record.get("attention") or {}).get("op", "its ops")
+        op = rec.attention_op or "its ops"
         raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "
                            "pip install -U onnxruntime, or build the portable graph for it (mlit-edge export)")
 
@@ -126,7 +228,8 @@ def classifier_fields(record: dict, path: str | Path) -> None:
 def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     """The sidecar's input size and class count against the loaded model's own shapes."""
     where = f"{Path(path).name}.json"
-    size = (record.get("preprocess") or {}).get("size")
+    pre = ArtifactRecord.of(record).preprocess
+    size = pre.size if pre else None
     shape = runner.input_shape
     if size is not None and len(shape) == 4 and (shape[1] != 3 or tuple(shape[2:]) != (size, size)):
         raise SidecarError(f"{where}: preprocess.size is {size}, but the model's input is {shape[1]}x{shape[2]}x"

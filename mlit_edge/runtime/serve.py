@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 
 from .classifier import Classifier
 from .images import DEFAULT_MAX_PIXELS, InputError
-from .inbox import FOLDERS, ResultsLog, claim, free_name, lock, make_folders, recover, say, settle
+from .inbox import FOLDERS, ResultsLog, claim, free_name, lock, make_folders, recover_claims, say, settle
 from .messages import typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
@@ -94,7 +94,7 @@ def watch(model: str | Path, inbox: str | Path, results: str | Path, interval_s:
         log = ResultsLog(results)
         try:
             make_folders(inbox)
-            recover(inbox, log)
+            recover_claims(inbox, log)
             return _serve(clf, inbox, log, interval_s, max_files, settle_s, retry_s, clock)
         finally:
             log.close()
@@ -139,7 +139,7 @@ def _serve(clf: Classifier, inbox: Path, log: ResultsLog, interval_s: float, max
                 try:
                     os.rename(claimed, free_name(inbox, f.name))
                 except OSError:
-                    pass  # recover() returns it at the next start
+                    pass  # recover_claims() returns it at the next start
                 continue
             settle(inbox, claimed, f.name, where)
             seen.pop(f.name, None)

@@ -6,7 +6,7 @@ is, what it was made from and with what. Loaders read and check it before touchi
 An artifact and its sidecar are replaced as a pair (`publish`): the new sidecar is first written
 under a hidden pending name, then the artifact is renamed into place, then the sidecar. A kill at
 any instant leaves the old pair, or the new artifact beside a pending sidecar that matches it, which
-`read_sidecar` accepts and `recover` completes: never a mix.
+`read_sidecar` accepts and `recover_publishes` completes: never a mix.
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def read_sidecar(artifact: str | Path, verify_hash: bool = True, content: bytes 
                      "rebuild it with mlit-edge")
 
 
-def recover(folder: str | Path) -> list[str]:
+def recover_publishes(folder: str | Path) -> list[str]:
     """Finish or undo every `publish` a kill interrupted in `folder`: a pending sidecar that matches
     its artifact is renamed into place, one that does not is removed. Returns what was done."""
     done = []

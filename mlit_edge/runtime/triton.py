@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .artifact import BATCH_PROFILE
-from .schema import classifier_fields
+from .schema import ArtifactRecord, classifier_fields
 from .sidecar import atomic_path, read_sidecar
 
 # TensorRT's dtype names (`engine.io`, as `trt.DataType`) and numpy's (an ONNX graph) to Triton's
@@ -42,7 +42,7 @@ def artifact_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
     """The inputs and outputs of an artifact: from the engine's recorded I/O for a plan, from the graph for
     an ONNX (read without its weights)."""
     if path.suffix == ".plan":
-        io = (record.get("engine") or {}).get("io")
+        io = ArtifactRecord.of(record).engine_io
         if not io:
             raise ValueError(f"{path.name}.json records no engine I/O (a torch-tensorrt engine, or an old build); "
                              "rebuild it with mlit-edge build --frontend onnx")
@@ -91,8 +91,7 @@ def _max_batch(inputs: list[Tensor], record: dict) -> int:
     """0 for a static batch; otherwise the largest batch the artifact allows (a plan's profile maximum)."""
     if not inputs or inputs[0].shape[:1] != (-1,):
         return 0
-    profile = ((record.get("engine") or {}).get("flags") or {}).get("profile") or {}
-    return int(profile.get("max", BATCH_PROFILE[-1]))
+    return int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
 
 def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None) -> Path:

@@ -121,7 +121,7 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
         raise CheckpointError(f"refused {path}: {problem}; it was not written by mlit-edge train (or was edited)")
     if kind is not None and ckpt.get("kind") != kind:
         want = {"mlit": "a supervised mLiT", "mmlit": "an mmLiT pre-training"}[kind]
-        raise CheckpointError(f"{path} holds a {describe(ckpt)}, but {want} checkpoint is needed")
+        raise CheckpointError(f"{path} holds a {describe_checkpoint(ckpt)}, but {want} checkpoint is needed")
     try:
         config_from_dict(ckpt["kind"], ckpt["config"])
     except (TypeError, ValueError, KeyError) as e:
@@ -200,7 +200,7 @@ def read_bytes(path: str | Path) -> tuple[Path, bytes]:
     return file, file.read_bytes()
 
 
-def describe(ckpt: dict) -> str:
+def describe_checkpoint(ckpt: dict) -> str:
     """e.g. 'mlit-xxs trained on mnist5k (10 classes)'."""
     size = ckpt.get("size") or "custom"
     data = ckpt.get("data", {})

@@ -253,11 +253,16 @@ class Loader:
             yield x, y.to(self.device, non_blocking=True)
 
 
+def sample_indices(total: int, n: int, seed: int = 0) -> np.ndarray:
+    """The sorted indices of a seeded random subset of `n` of `total` images (all of them when fewer)."""
+    return np.sort(np.random.default_rng(seed).permutation(total)[: min(n, total)])
+
+
 def sample_images(data: str, split: str, n: int, root: str | Path = "data", seed: int = 0) -> tuple[np.ndarray, dict]:
     """A seeded random subset of a dataset split, preprocessed as the model expects, and its description."""
     import hashlib
 
     ds = load_dataset(data, split, root)
-    idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[: min(n, len(ds))])
+    idx = sample_indices(len(ds), n, seed)
     return ds.inputs(idx), {"name": ds.name, "split": split, "seed": seed,
                                                  "indices_sha256": hashlib.sha256(idx.tobytes()).hexdigest()}

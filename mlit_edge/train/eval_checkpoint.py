@@ -1,7 +1,7 @@
 """`mlit-edge eval`: a checkpoint's top-1, loss and per-layer expert shares on a dataset split."""
 from __future__ import annotations
 
-from .checkpoint import describe, load_checkpoint, model_from_checkpoint
+from .checkpoint import describe_checkpoint, load_checkpoint, model_from_checkpoint
 from .data import Loader, load_dataset
 from .device import resolve_device
 from .loop import RoutingStats, evaluate, noise_scale_at, set_noise_scale
@@ -20,7 +20,7 @@ def evaluate_checkpoint(path: str, data: str | None = None, data_root: str = "da
     set_noise_scale(model, noise_scale_at(1, 1, model.cfg.noise_schedule))  # the noise training ended with
     counter = RoutingStats(model.cfg.experts_per_layer())
     metrics = evaluate(model, Loader(ds, batch_size, train=False, device=dev), counter=counter)
-    return {"checkpoint": str(path), "model": describe(ckpt), "data": ds.name, "split": split,
+    return {"checkpoint": str(path), "model": describe_checkpoint(ckpt), "data": ds.name, "split": split,
             "images": metrics["images"], "top1": metrics["acc"], "loss": metrics["loss"],
             "experts": counter.fractions(), "routing": counter.summary()}
 

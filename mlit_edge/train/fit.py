@@ -24,7 +24,8 @@ from .distributed import Dist, barrier, gather_objects, init_distributed, shutdo
 from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at, param_groups, scaled_lr,
                    train_one_epoch)
 from .plots import plot_curves, plot_experts, plot_reconstruction
-from .run_folder import check_resume, check_writable, clean_start, rewrite_log
+from ..runtime.outputs import check_writable
+from .run_folder import check_resume, clean_start, rewrite_log
 
 logger = logging.getLogger(__name__)
 
@@ -107,16 +108,26 @@ class RunConfig:
         return MAEConfig(encoder=get_config(self.size, num_classes=0, **self.encoder), **self.decoder, **mask)
 
     @classmethod
-    def for_task(cls, task: str, size: str, out: str | None = None, gating: str | None = None,
+    def for_task(cls, task: str, size: str | None, out: str | None = None, gating: str | None = None,
                  **fields) -> "RunConfig":
         """The run a CLI command asks for; `out` defaults to runs/TASK-SIZE-DATA; `gating` names a preset of
         `model.config.GATINGS` that `--set` fields override."""
         from ..model.config import GATINGS
 
         data_tag = fields.get("data", cls.data).rstrip("/").split("/")[-1]
+        if task == "finetune" and size is None:  # the encoder's own size names the run folder
+            size = encoder_size(fields["init_from"])
         if gating is not None:
             fields["overrides"] = {**GATINGS[gating], **fields.get("overrides", {})}
         return cls(task=task, size=size, out=out or f"runs/{task}-{size}-{data_tag}", **fields)
+
+
+def encoder_size(init_from: str) -> str:
+    """The size of the mmLiT encoder a finetune starts from, as its run folder and checkpoint name it."""
+    from ..model.config import claimed_size
+
+    pre = ck.load_checkpoint(init_from, kind="mmlit")
+    return claimed_size(pre.get("size"), ck.config_from_dict("mmlit", pre["config"]).encoder)
 
 
 def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, MLiTConfig | MAEConfig, str]:
@@ -176,7 +187,7 @@ def _fit(run: RunConfig, device: torch.device, d: Dist) -> dict:
     if len(loader) == 0:
         raise ValueError(f"--batch-size {run.batch_size} is larger than the {len(train_set)} training images")
     if d.main:  # after the data and the model are known to suit the run, so that a refused start leaves no folder
-        check_writable(out)
+        check_writable(out, "the run folder")  # fails before the first step, not after the first epoch
         for line in clean_start(out, log_path, run.resume):
             logger.info(f"note: {line}")
     base_lr = run.lr if run.lr is not None else scaled_lr(run.batch_size)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ..model.mlit import create_model as new_model
+from ..model.mlit import new_model
 from .checkpoint import load_checkpoint, model_from_checkpoint
 from .pretrained import PREFIX, PretrainedError, default_for, entry_of, spec_name
 

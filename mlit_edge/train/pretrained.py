@@ -75,7 +75,7 @@ def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
     return path, content
 
 
-def describe(spec: str | Path) -> str:
+def describe_spec(spec: str | Path) -> str:
     """One line for banners: what the model is and how accurate it is."""
     e = entry_of(spec)
     if kind_of(e) == "mmlit":
@@ -98,5 +98,5 @@ def weights_banner(record: dict, checkpoint_given: bool) -> str | None:
         return RANDOM_WARNING
     if checkpoint_given:
         return None
-    return f"weights: {describe(record['checkpoint'])}; --random-weights gives random weights instead"
+    return f"weights: {describe_spec(record['checkpoint'])}; --random-weights gives random weights instead"
 

@@ -22,7 +22,7 @@ def check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Pa
                                  f"; this run: {describe_subset(subset)}). Use another --out, or the same "
                                  "--labels-per-class and --subset-seed")
     if not same_config or ckpt["data"]["name"] != data.name:
-        raise ck.CheckpointError(f"{path} holds a {ck.describe(ckpt)}; this run is {kind}-{size} on {data.name}. "
+        raise ck.CheckpointError(f"{path} holds a {ck.describe_checkpoint(ckpt)}; this run is {kind}-{size} on {data.name}. "
                                  "Use another --out, or drop --resume to start a new run elsewhere")
     missing = [k for k in ("optimizer", "scheduler", "rng") if not isinstance(ckpt.get(k), (dict, list))]
     if missing:
@@ -35,13 +35,6 @@ def check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Pa
     if epochs is not None and epoch >= epochs:
         raise ck.CheckpointError(f"{path} has already finished {epoch} epochs, and this run asks for {epochs}; "
                                  "raise --epochs to train on")
-
-
-def check_writable(out: Path) -> None:
-    """Fail before the first step, not after the first epoch, when the run folder cannot be written."""
-    from ..runtime.outputs import check_writable as check_folder
-
-    check_folder(out, "the run folder")
 
 
 def clean_start(out: Path, log: Path, resume: bool) -> list[str]:

@@ -12,10 +12,10 @@ import torch
 pytest.importorskip("onnxruntime")
 
 from mlit_edge.bench.fidelity import fidelity  # noqa: E402
-from mlit_edge.runtime.runners import routing_agreement  # noqa: E402
+from mlit_edge.runtime.routing import routing_agreement  # noqa: E402
 from mlit_edge.bench.host import peak_rss_mb  # noqa: E402
 from mlit_edge.bench.report import format_bench  # noqa: E402
-from mlit_edge.bench.config import BenchConfig  # noqa: E402
+from mlit_edge.bench.options import BenchConfig  # noqa: E402
 from mlit_edge.bench.suite import run_bench  # noqa: E402
 from mlit_edge.bench.stats import latency_stats, percentile, time_runner  # noqa: E402
 from mlit_edge.train.checkpoint import make_checkpoint  # noqa: E402

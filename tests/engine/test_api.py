@@ -115,6 +115,7 @@ def test_the_runner_names_the_missing_gpu_in_one_line_with_the_real_cuda_runtime
     from onnx import TensorProto, helper, numpy_helper
 
     from mlit_edge.engine.plan import build_serialized, engine_record, write_plan
+    from mlit_edge.runtime.schema import ArtifactRecord
     from mlit_edge.runtime.trt_env import EngineError, local_env
     from mlit_edge.runtime.trt_runner import TensorRTRunner
 
@@ -132,7 +133,7 @@ def test_the_runner_names_the_missing_gpu_in_one_line_with_the_real_cuda_runtime
     result = build_serialized(source, trt)
     assert result["ok"], result
     plan = tmp_path / "tiny.plan"
-    record = engine_record(source, result, local_env("tensorrt-rtx"), "tensorrt-rtx")
+    record = engine_record(source, ArtifactRecord.of({}), None, result, local_env("tensorrt-rtx"), "tensorrt-rtx")
     write_plan(result["engine"], plan, {**record, "precision": "fp32", "classes": [str(i) for i in range(10)],
                                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3}})
     with pytest.raises(EngineError) as refused:

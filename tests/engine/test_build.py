@@ -18,7 +18,7 @@ from mlit_edge.export.calibration import (Recipe, calibrate_int8, calibration_se
                                  stratified_indices)
 from mlit_edge.model.config import MLiTConfig  # noqa: E402
 from mlit_edge.export.static import to_deploy  # noqa: E402
-from mlit_edge.export.variants import make_variant  # noqa: E402
+from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.engine.plan import write_plan
 from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx
@@ -104,19 +104,19 @@ def test_routing_coverage_counts_every_token_and_matches_pytorch(tiny_onnx, cali
 
 def test_calibration_cache_reused_unless_model_or_data_change(tiny_onnx, calib, tmp_path):
     cache = tmp_path / "cache"
-    rec, reused = calibrate_int8(tiny_onnx, tmp_path / "a.int8.onnx", calib, cache)
+    rec, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "a.int8.onnx", calib, cache)
     assert not reused and rec["calibration"]["manifest_sha256"] == calib.manifest["sha256"]
-    rec_b, reused = calibrate_int8(tiny_onnx, tmp_path / "b.int8.onnx", calib, cache)
+    rec_b, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "b.int8.onnx", calib, cache)
     assert reused
     assert (tmp_path / "a.int8.onnx").read_bytes() == (tmp_path / "b.int8.onnx").read_bytes()
     read_sidecar(rec_b["calibration_cache"])  # the cache entry's sidecar belongs to it
     assert rec_b["calibration"] == rec["calibration"] and "cache_key" not in rec_b
 
     other_data = calibration_set(Recipe("mnist5k", "train", 128, 7))
-    _, reused = calibrate_int8(tiny_onnx, tmp_path / "c.int8.onnx", other_data, cache)
+    _, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "c.int8.onnx", other_data, cache)
     assert not reused
     other_model = export_tiny(tmp_path / "other.onnx", seed=1)
-    _, reused = calibrate_int8(other_model, tmp_path / "d.int8.onnx", calib, cache)
+    _, reused, _ = calibrate_int8(other_model, tmp_path / "d.int8.onnx", calib, cache)
     assert not reused
     assert len(list(cache.glob("*.int8.onnx"))) == 3
 
@@ -335,8 +335,8 @@ def test_torch_tensorrt_frontend_builds_a_plan_that_matches_pytorch(tmp_path):
 @RTX
 def test_device_side_build_from_onnx_needs_no_torch(tiny_onnx, tmp_path):
     """The Jetson flow: an INT8 ONNX made on the workstation becomes a plan where torch and onnx are absent."""
-    int8 = make_variant(tiny_onnx, "int8", recipe=Recipe("mnist5k", "train", 64, 0), evaluate=False,
-                        folder=tmp_path).path
+    int8 = variant_of(tiny_onnx, "int8", Inputs(recipe=Recipe("mnist5k", "train", 64, 0), evaluate=False),
+                      folder=tmp_path).path
     script = f"""
 import sys
 class NoTorch:

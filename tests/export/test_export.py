@@ -16,12 +16,12 @@ from mlit_edge.train.data import Loader, load_dataset  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.engine.check import check, trt_build  # noqa: E402
-from mlit_edge.export.graph_check import DENIED, static_checks  # noqa: E402
+from mlit_edge.engine.check import DENIED, static_checks  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from mlit_edge.model.mlit import MLiT, create_model  # noqa: E402
+from mlit_edge.model.mlit import MLiT, new_model  # noqa: E402
 from mlit_edge.export.calibration import Recipe  # noqa: E402
 from mlit_edge.export.precision import router_nodes, to_fp16, to_int8  # noqa: E402
-from mlit_edge.export.variants import make_variant  # noqa: E402
+from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.torch_runner import TorchRunner  # noqa: E402
@@ -91,7 +91,7 @@ def trained(trained_checkpoint, tmp_path_factory):
     info["model"]["size"] = None
     export_onnx(model, folder / "m.onnx", info, probe=True)
     for precision in ("fp16", "int8"):  # the one function that export and build both use
-        make_variant(folder / "m.onnx", precision, model, Recipe("mnist5k", "train", 256), evaluate=False)
+        variant_of(folder / "m.onnx", precision, Inputs(model, Recipe("mnist5k", "train", 256), evaluate=False))
     return model, folder
 
 
@@ -199,7 +199,7 @@ def test_check_refuses_a_non_onnx_file(tmp_path):
 def test_export_refuses_checkpoint_of_another_size(tmp_path):
     from mlit_edge.train.checkpoint import make_checkpoint, save_atomic
 
-    model = create_model("xxs", num_classes=10)
+    model = new_model("xxs", num_classes=10)
     meta = {"name": "mnist5k", "classes": [str(i) for i in range(10)], "mean": [0.1] * 3, "std": [0.3] * 3}
     save_atomic(make_checkpoint("mlit", model, model.cfg, "xxs", meta), tmp_path / "c.pt")
     proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "export", "--checkpoint", str(tmp_path / "c.pt"),
@@ -241,7 +241,7 @@ def test_deploy_form_is_exact_with_attention_biases_and_exports_them(tiny_cfg, t
 
 @pytest.mark.parametrize("batch", [None, 4])
 def test_deploy_graph_is_lean_and_free_of_shape_arithmetic(exported, tmp_path, batch):
-    from mlit_edge.export.graph_check import nodes_per_layer
+    from mlit_edge.engine.check import nodes_per_layer
 
     model, path = exported
     if batch:  # a fixed batch: the same graph with static shapes

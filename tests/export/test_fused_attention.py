@@ -12,7 +12,8 @@ from mlit_edge.export.onnx_export import export_onnx, reference_outputs  # noqa:
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
-from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all, routing_agreement  # noqa: E402
+from mlit_edge.runtime.routing import routing_agreement  # noqa: E402
+from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from tests.helpers import cli  # noqa: E402
 
@@ -82,7 +83,7 @@ def test_every_form_is_exact_with_and_without_biases(tiny_cfg, tmp_path, form, a
 def test_tensorrt_refuses_the_fused_graph_in_one_line(tiny_cfg, tmp_path):
     """`check` and the TensorRT build refuse the ONNX Runtime flavour: by its sidecar, and by its ops when the
     sidecar is gone (no TensorRT parse is tried on ops it has no kernels for); the contrib ops' form too."""
-    from mlit_edge.export.graph_check import static_checks
+    from mlit_edge.engine.check import static_checks
 
     torch.manual_seed(0)
     model = MLiT(tiny_cfg).eval()

@@ -1,7 +1,7 @@
 import pytest
 
 from mlit_edge.model.config import PAPER_PARAMS, SIZES, MAEConfig, MLiTConfig, get_config, size_label
-from mlit_edge.model.mlit import count_parameters, create_model
+from mlit_edge.model.mlit import count_parameters, new_model
 
 # NOTES.md lists these per-layer hidden sizes; they follow from Eq. 2 of the paper.
 EXPECTED_HIDDEN = {
@@ -37,7 +37,7 @@ def analytic_params(cfg: MLiTConfig) -> int:
 
 @pytest.mark.parametrize("size", ["xxs", "xs", "s"])
 def test_parameter_counts_match_analytic_and_paper(size):
-    model = create_model(size, num_classes=100)
+    model = new_model(size, num_classes=100)
     n = count_parameters(model)
     assert n == analytic_params(model.cfg)
     tolerance = {"xxs": 0.02, "xs": 0.02, "s": 0.04}[size]  # XXS: paper states 0.67M outright
@@ -47,8 +47,8 @@ def test_parameter_counts_match_analytic_and_paper(size):
 @pytest.mark.parametrize("size", ["xxs", "xs", "s"])
 def test_the_attention_bias_reading_adds_qkv_and_output_biases_and_lands_closer_to_the_paper(size):
     """docs/model.md weighs the two readings of the paper's bias sentence by these counts."""
-    plain = create_model(size, num_classes=100)
-    biased = create_model(size, num_classes=100, attn_bias=True)
+    plain = new_model(size, num_classes=100)
+    biased = new_model(size, num_classes=100, attn_bias=True)
     n, m = count_parameters(plain), count_parameters(biased)
     assert m == analytic_params(biased.cfg) and m - n == plain.cfg.depth * (2 * plain.cfg.dim + 2 * plain.cfg.groups
                                                                            * plain.cfg.head_dim)
@@ -56,7 +56,7 @@ def test_the_attention_bias_reading_adds_qkv_and_output_biases_and_lands_closer_
 
 
 def test_xxs_is_within_2_percent_of_067m():
-    n = count_parameters(create_model("xxs", num_classes=100))
+    n = count_parameters(new_model("xxs", num_classes=100))
     assert 0.67e6 * 0.98 <= n <= 0.67e6 * 1.02
 
 

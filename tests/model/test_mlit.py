@@ -3,13 +3,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlit_edge.model.mlit import MLiT, create_model
+from mlit_edge.model.mlit import MLiT, new_model
 
 
 @pytest.mark.parametrize("size,depth", [("xxs", 9), ("xs", 12), ("s", 15)])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_forward_shapes_real_sizes(size, depth, batch):
-    model = create_model(size, num_classes=10).eval()
+    model = new_model(size, num_classes=10).eval()
     with torch.no_grad():
         logits, aux = model(torch.randn(batch, 3, 36, 36), return_aux=True)
         tokens, _ = model.forward_features(torch.randn(batch, 3, 36, 36))
@@ -20,7 +20,7 @@ def test_forward_shapes_real_sizes(size, depth, batch):
 
 
 def test_every_parameter_gets_a_gradient_in_training():
-    model = create_model("xxs", num_classes=10).train()
+    model = new_model("xxs", num_classes=10).train()
     x, y = torch.randn(4, 3, 36, 36), torch.randint(0, 10, (4,))
     logits, aux = model(x, return_aux=True)
     (F.cross_entropy(logits, y) + aux.loss).backward()
@@ -42,7 +42,7 @@ def test_eval_is_deterministic_and_training_is_noisy(tiny_cfg):
 
 
 def test_dense_moe_matches_sparse_reference_in_full_model():
-    model = create_model("xxs", num_classes=10).eval()
+    model = new_model("xxs", num_classes=10).eval()
     x = torch.randn(2, 3, 36, 36)
     with torch.no_grad():
         dense, aux_d = model(x, return_aux=True)
@@ -73,7 +73,7 @@ def test_dummy_patch_is_zero_before_positions(tiny_cfg):
 
 
 def test_only_moe_linears_carry_bias():
-    model = create_model("xxs")
+    model = new_model("xxs")
     biased = {n for n, _ in model.named_parameters() if n.endswith("bias")}
     assert all(n.startswith("head.") or "norm" in n for n in biased)  # LayerNorms and the classifier
     moe_biases = {n for n, _ in model.named_parameters() if ".moe.experts." in n and n[-1] in "bcd"}

@@ -112,3 +112,11 @@ def test_finetune_from_the_shipped_mmlit_on_a_few_labels(tmp_path):
     assert "final test top-1" in proc.stdout
     ckpt = torch.load(tmp_path / "ft" / "checkpoint.pt", weights_only=True)
     assert ckpt["init_from"] == MAE and ckpt["subset"]["images"] == 20 and ckpt["subset"]["seed"] == 3
+
+
+def test_finetune_run_folder_is_named_after_the_encoders_size():
+    """`finetune --from` names its default run folder after the encoder it starts from, not a placeholder."""
+    from mlit_edge.train.fit import RunConfig
+
+    run = RunConfig.for_task("finetune", None, init_from="pretrained:xxs-mnist5k-mae")
+    assert run.out == "runs/finetune-xxs-mnist5k" and run.size == "xxs"

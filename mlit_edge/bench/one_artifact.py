@@ -9,8 +9,9 @@ import numpy as np
 
 from ..export.torch_runner import open_checkpoint
 from ..runtime.artifact import RunnerOptions, open_artifact
-from ..runtime.runners import Runner, routing_agreement
-from .config import ORT_PROVIDERS, BenchConfig, Reference
+from ..runtime.routing import routing_agreement
+from ..runtime.runners import Runner
+from .options import ORT_PROVIDERS, BenchConfig, Reference
 from .fidelity import fidelity
 from .host import nvmap_mb, peak_rss_mb, rss_mb
 from .stats import time_runner
