@@ -80,3 +80,39 @@ def trained_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
         if not path.is_file():
             _train_small(path)
     return model_from_checkpoint(load_checkpoint(path)).eval(), path
+
+
+def _export_trained(trained_checkpoint, folder: Path, probe: bool) -> Path:
+    """The trained checkpoint exported as `mlit-edge export --checkpoint` names and records it (fp32,
+    dynamic batch, the checkpoint's provenance in the sidecar); with `probe`, the routing outputs too."""
+    from mlit_edge.export.onnx_export import export_onnx
+    from mlit_edge.export.source import load_for_export
+
+    model, ckpt = trained_checkpoint
+    path = folder / "mlit-xxs-custom-fp32.onnx"
+    export_onnx(model, path, load_for_export(str(ckpt), None)[1], probe=probe)
+    return path
+
+
+@pytest.fixture(scope="session")
+def trained_onnx(trained_checkpoint, tmp_path_factory) -> Path:
+    """`trained_checkpoint` exported with its sidecar (so predictions vary), once per worker. Shared by
+    every module that uses it: a test that changes an artifact copies it first, and writes nothing
+    beside it."""
+    return _export_trained(trained_checkpoint, tmp_path_factory.mktemp("trained-onnx"), probe=False)
+
+
+@pytest.fixture(scope="session")
+def trained_probe_onnx(trained_checkpoint, tmp_path_factory) -> Path:
+    """The same export with each layer's chosen experts as outputs (`experts_0`...), once per worker;
+    the same sharing rules as `trained_onnx`."""
+    return _export_trained(trained_checkpoint, tmp_path_factory.mktemp("trained-probe-onnx"), probe=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tmp_path_factory) -> Path:
+    """A random 3-layer mLiT (tests.helpers.tiny_model) exported as mlit-tiny-fp32.onnx, once per worker;
+    the same sharing rules as `trained_onnx`."""
+    from tests.helpers import export_tiny
+
+    return export_tiny(tmp_path_factory.mktemp("tiny") / "mlit-tiny-fp32.onnx")

@@ -19,8 +19,6 @@ Image = pytest.importorskip("PIL.Image")
 
 from tests.hostile_corpus import make_corpus, png_bomb  # noqa: E402
 from mlit_edge.cli import main  # noqa: E402
-from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT  # noqa: E402
@@ -36,12 +34,9 @@ def hashes(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def good(trained_checkpoint, tmp_path_factory) -> tuple[Path, Path]:
-    """A trained artifact pair (.onnx + sidecar) and its checkpoint."""
-    model, ckpt = trained_checkpoint
-    path = tmp_path_factory.mktemp("good") / "mlit-xxs-custom-fp32.onnx"
-    export_onnx(model, path, load_for_export(str(ckpt), None)[1])
-    return path, ckpt
+def good(trained_onnx, trained_checkpoint) -> tuple[Path, Path]:
+    """A trained artifact pair (.onnx + sidecar) and its checkpoint (tests/conftest.py)."""
+    return trained_onnx, trained_checkpoint[1]
 
 
 def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, tmp_path):

@@ -16,39 +16,15 @@ pytest.importorskip("onnxruntime")
 
 from mlit_edge.export.calibration import (Recipe, calibrate_int8, calibration_set, load_recipe, routing_coverage,  # noqa: E402
                                  stratified_indices)
-from mlit_edge.model.config import MLiTConfig  # noqa: E402
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.variants import make_variant  # noqa: E402
 from mlit_edge.engine.plan import write_plan
 from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
-from mlit_edge.export.onnx_export import export_onnx
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from mlit_edge.model.mlit import MLiT  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar, sidecar_path  # noqa: E402
-from tests.helpers import CLI, ENV, ROOT, cli  # noqa: E402
+from tests.helpers import CLI, ENV, ROOT, cli, export_tiny, tiny_model  # noqa: E402
 
 RTX = pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (the dev extra installs it)")
-
-
-def tiny_model(seed: int = 0) -> MLiT:
-    torch.manual_seed(seed)
-    return MLiT(MLiTConfig(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hidden_first=16,
-                           hidden_last=8)).eval()
-
-
-def export_tiny(path: Path, seed: int = 0) -> Path:
-    _, info = load_for_export(None, "xxs", 10, random_weights=True)
-    model = tiny_model(seed)
-    info["model"] = {**info["model"], "size": "tiny", "params": sum(p.numel() for p in model.parameters())}
-    info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
-    export_onnx(model, path, info)
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_onnx(tmp_path_factory) -> Path:
-    return export_tiny(tmp_path_factory.mktemp("tiny") / "mlit-tiny-fp32.onnx")
 
 
 @pytest.fixture(scope="module")

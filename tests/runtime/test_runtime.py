@@ -14,8 +14,6 @@ Image = pytest.importorskip("PIL.Image")
 
 from mlit_edge.train.data import Loader, load_dataset, mnist5k_raw  # noqa: E402
 from mlit_edge.engine.plan import write_plan  # noqa: E402
-from mlit_edge.export.onnx_export import export_onnx
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
@@ -24,13 +22,9 @@ from tests.helpers import ENV, NO_TORCH  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model_onnx(trained_checkpoint, tmp_path_factory) -> Path:
-    """The trained small mLiT (so predictions vary), exported with its sidecar."""
-    model, ckpt = trained_checkpoint
-    _, info = load_for_export(str(ckpt), None)
-    path = tmp_path_factory.mktemp("rt") / "m.onnx"
-    export_onnx(model, path, info)
-    return path
+def model_onnx(trained_onnx) -> Path:
+    """The trained small mLiT (so predictions vary), exported with its sidecar (tests/conftest.py)."""
+    return trained_onnx
 
 
 def png(path: Path, array: np.ndarray) -> Path:

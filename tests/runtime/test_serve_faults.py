@@ -16,17 +16,12 @@ import pytest
 pytest.importorskip("onnxruntime")
 Image = pytest.importorskip("PIL.Image")
 
-from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model(trained_checkpoint, tmp_path_factory) -> Path:
-    net, ckpt = trained_checkpoint
-    path = tmp_path_factory.mktemp("serve-model") / "m.onnx"
-    export_onnx(net, path, load_for_export(str(ckpt), None)[1])
-    return path
+def model(trained_onnx) -> Path:
+    return trained_onnx
 
 
 def drop(inbox: Path, names, value: int = 200) -> None:
