@@ -168,8 +168,9 @@ def test_predict_cli_reports_bad_files_and_classifies_the_rest(model_onnx, tmp_p
                            str(model_onnx), "--json", "--top-k", "2"], capture_output=True, text=True, env=ENV)
     assert proc.returncode == 2, proc.stderr
     out = json.loads(proc.stdout)
-    assert len(out[0]["top"]) == 2 and "error" not in out[0] and "corrupt" in out[1]["error"] or \
-        "not an image" in out[1]["error"]
+    assert len(out) == 2, out
+    assert len(out[0]["top"]) == 2 and "error" not in out[0], out[0]
+    assert "corrupt" in out[1].get("error", "") or "not an image" in out[1].get("error", ""), out[1]
 
 
 def test_serve_loop_classifies_an_inbox(model_onnx, tmp_path):
