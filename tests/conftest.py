@@ -4,6 +4,13 @@ The suite runs on two pytest-xdist workers (`-n auto` in pyproject.toml). Each w
 CLI it starts, uses one thread, so two workers fill a 2-core machine without fighting over it; the
 end-to-end tests marked `slow` are handed out first, so that neither worker is left with a long one
 at the end; and the trained checkpoint that many tests share is trained once for all workers.
+
+`python -m pytest -m "not slow"` is the fast subset (under 2 minutes on 2 cores; the README's test
+command runs everything). `slow` marks the end-to-end runs, the TensorRT-RTX builds, training, the
+real-size exports, and every test of the trained checkpoint: training it is a minute or more, so a
+test that uses it and is not marked `slow` is a collection error (pytest_collection_modifyitems).
+
+Shared fixtures live here and shared helpers in tests/helpers.py: no test module imports another.
 """
 import os
 
@@ -21,7 +28,14 @@ SMALL = dict(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hi
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow end-to-end tests first (a stable sort: the rest keep their order)."""
+    """Slow end-to-end tests first (a stable sort: the rest keep their order). Training the shared
+    checkpoint takes a minute or more on one core, so every test that needs it must be marked `slow`:
+    the fast subset never trains it."""
+    unmarked = [item.nodeid for item in items if "trained_checkpoint" in getattr(item, "fixturenames", ())
+                and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use the trained checkpoint but are not marked slow (the fast subset, "
+                                "-m 'not slow', must not train it): " + ", ".join(unmarked))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -186,6 +186,7 @@ def test_plan_for_another_tensorrt_or_gpu_is_refused_with_the_rebuild_line(tmp_p
         assert "mlit-edge build --onnx m-fp16.onnx --precision fp16 --target tensorrt" in msg
 
 
+@pytest.mark.slow
 @RTX
 def test_build_int8_plan_from_onnx_with_tensorrt_rtx(tiny_onnx, tmp_path):
     out = tmp_path / "out"
@@ -237,6 +238,7 @@ os.replace = _replace_or_die
 """
 
 
+@pytest.mark.slow
 @RTX
 def test_killed_build_leaves_no_partial_artifact(tiny_onnx, tmp_path):
     """A SIGKILL between writing and publishing the plan (deterministic: a sitecustomize kills the
@@ -334,6 +336,7 @@ assert not any(m.split(".")[0] in ("torch", "onnx") for m in sys.modules)
     assert read_sidecar(tmp_path / "dev" / "mlit-tiny-int8.plan")["calibration_sha256"]
 
 
+@pytest.mark.slow
 def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(trained_checkpoint, tmp_path):
     """Each sidecar is written once, at the end, with everything measured: a trained checkpoint's fp16
     and INT8 artifacts record both their parity against PyTorch and their held-out top-1 (the earlier
@@ -351,6 +354,7 @@ def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(train
     assert not list(tmp_path.glob(".*"))  # no temporary or pending file left behind
 
 
+@pytest.mark.slow
 def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(trained_checkpoint, tmp_path):
     """`--target onnxruntime --precision int8` makes the graph ONNX Runtime runs fastest (integer matmuls,
     router in float); its sidecar names the runtime, and the TensorRT paths refuse it in one line."""

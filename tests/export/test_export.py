@@ -28,7 +28,9 @@ from mlit_edge.export.torch_runner import TorchRunner  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 
 
-@pytest.fixture(scope="module", params=["xxs", "xs", "s"])
+# each real size exports for 7-40 s (per worker that needs it), so its users are all `slow`; the fast
+# subset (-m "not slow") exports the tiny configuration instead (test_deploy_form_is_exact_with_attention_biases...)
+@pytest.fixture(scope="module", params=[pytest.param(size, marks=pytest.mark.slow) for size in ("xxs", "xs", "s")])
 def exported(request, tmp_path_factory):
     torch.manual_seed(0)
     model, info = load_for_export(None, request.param, 10, random_weights=True)
@@ -100,6 +102,7 @@ def _predictions(path, images):
         return r.infer({"images": images})
 
 
+@pytest.mark.slow
 def test_fp16_and_int8_agree_with_pytorch_on_real_digits(trained):
     model, paths = trained
     test = load_dataset("mnist5k", "test")
@@ -116,6 +119,7 @@ def test_fp16_and_int8_agree_with_pytorch_on_real_digits(trained):
     assert agreement["fp16"] >= 0.99 and agreement["int8"] >= 0.95
 
 
+@pytest.mark.slow
 def test_precision_variants_keep_router_in_float(trained):
     _, paths = trained
     fp16 = onnx.load(str(paths["fp16"]))
@@ -131,6 +135,7 @@ def test_precision_variants_keep_router_in_float(trained):
 
 
 @pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (pip install 'mlit-edge[trt-check]')")
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_tensorrt_builds_xxs_engines(tmp_path, precision):
     model, info = load_for_export(None, "xxs", 10, random_weights=True)
@@ -151,6 +156,7 @@ def test_tensorrt_builds_xxs_engines(tmp_path, precision):
 
 @pytest.mark.skipif(shutil.which("polygraphy") is None and not (Path(sys.executable).parent / "polygraphy").exists(),
                     reason="polygraphy is not installed")
+@pytest.mark.slow
 def test_polygraphy_runs_the_export_with_onnxruntime(trained):
     _, paths = trained
     exe = shutil.which("polygraphy") or str(Path(sys.executable).parent / "polygraphy")
@@ -160,6 +166,7 @@ def test_polygraphy_runs_the_export_with_onnxruntime(trained):
     assert "PASSED" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_torch_runner_and_ort_runner_share_the_interface(trained):
     model, paths = trained
     x = np.zeros((2, 3, 36, 36), np.float32)

@@ -19,6 +19,8 @@ from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
 from tests.helpers import ENV, NO_TORCH  # noqa: E402
 
+# every test here runs the trained model (tests/conftest.py), whose training is most of the fast subset's budget
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
