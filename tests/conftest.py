@@ -4,6 +4,13 @@ The suite runs on two pytest-xdist workers (`-n auto` in pyproject.toml). Each w
 CLI it starts, uses one thread, so two workers fill a 2-core machine without fighting over it; the
 end-to-end tests marked `slow` are handed out first, so that neither worker is left with a long one
 at the end; and the trained checkpoint that many tests share is trained once for all workers.
+
+`python -m pytest -m "not slow"` is the fast subset (under 2 minutes on 2 cores; the README's test
+command runs everything). `slow` marks the end-to-end runs, the TensorRT-RTX builds, training, the
+real-size exports, and every test of the trained checkpoint: training it is a minute or more, so a
+test that uses it and is not marked `slow` is a collection error (pytest_collection_modifyitems).
+
+Shared fixtures live here and shared helpers in tests/helpers.py: no test module imports another.
 """
 import os
 
@@ -21,7 +28,14 @@ SMALL = dict(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hi
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow end-to-end tests first (a stable sort: the rest keep their order)."""
+    """Slow end-to-end tests first (a stable sort: the rest keep their order). Training the shared
+    checkpoint takes a minute or more on one core, so every test that needs it must be marked `slow`:
+    the fast subset never trains it."""
+    unmarked = [item.nodeid for item in items if "trained_checkpoint" in getattr(item, "fixturenames", ())
+                and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use the trained checkpoint but are not marked slow (the fast subset, "
+                                "-m 'not slow', must not train it): " + ", ".join(unmarked))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
@@ -80,3 +94,39 @@ def trained_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
         if not path.is_file():
             _train_small(path)
     return model_from_checkpoint(load_checkpoint(path)).eval(), path
+
+
+def _export_trained(trained_checkpoint, folder: Path, probe: bool) -> Path:
+    """The trained checkpoint exported as `mlit-edge export --checkpoint` names and records it (fp32,
+    dynamic batch, the checkpoint's provenance in the sidecar); with `probe`, the routing outputs too."""
+    from mlit_edge.export.onnx_export import export_onnx
+    from mlit_edge.export.source import load_for_export
+
+    model, ckpt = trained_checkpoint
+    path = folder / "mlit-xxs-custom-fp32.onnx"
+    export_onnx(model, path, load_for_export(str(ckpt), None)[1], probe=probe)
+    return path
+
+
+@pytest.fixture(scope="session")
+def trained_onnx(trained_checkpoint, tmp_path_factory) -> Path:
+    """`trained_checkpoint` exported with its sidecar (so predictions vary), once per worker. Shared by
+    every module that uses it: a test that changes an artifact copies it first, and writes nothing
+    beside it."""
+    return _export_trained(trained_checkpoint, tmp_path_factory.mktemp("trained-onnx"), probe=False)
+
+
+@pytest.fixture(scope="session")
+def trained_probe_onnx(trained_checkpoint, tmp_path_factory) -> Path:
+    """The same export with each layer's chosen experts as outputs (`experts_0`...), once per worker;
+    the same sharing rules as `trained_onnx`."""
+    return _export_trained(trained_checkpoint, tmp_path_factory.mktemp("trained-probe-onnx"), probe=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tmp_path_factory) -> Path:
+    """A random 3-layer mLiT (tests.helpers.tiny_model) exported as mlit-tiny-fp32.onnx, once per worker;
+    the same sharing rules as `trained_onnx`."""
+    from tests.helpers import export_tiny
+
+    return export_tiny(tmp_path_factory.mktemp("tiny") / "mlit-tiny-fp32.onnx")

@@ -1,4 +1,7 @@
-"""What several test files share: the CLI run as a user runs it, in a subprocess, and tiny models."""
+"""What several test files share: the CLI run as a user runs it, in a subprocess, and tiny models.
+
+Test modules import shared code from here (and get shared fixtures from conftest.py), never from
+another test module."""
 from __future__ import annotations
 
 import os
@@ -53,3 +56,29 @@ def synthetic_set(n: int = 16):
     g = torch.Generator().manual_seed(1)
     return ImageSet("syn", torch.randint(0, 256, (n, 3, 36, 36), dtype=torch.uint8, generator=g),
                     torch.arange(n) % 3, ["a", "b", "c"], (0.5,) * 3, (0.25,) * 3, True)
+
+
+def tiny_model(seed: int = 0):
+    """A random 3-layer mLiT on 36x36 images in 10 classes (the shape the embedded digits export to)."""
+    import torch
+
+    from mlit_edge.model.config import MLiTConfig
+    from mlit_edge.model.mlit import MLiT
+
+    torch.manual_seed(seed)
+    return MLiT(MLiTConfig(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hidden_first=16,
+                           hidden_last=8)).eval()
+
+
+def export_tiny(path: Path, seed: int = 0) -> Path:
+    """`tiny_model(seed)` exported to `path` (fp32, dynamic batch) with a sidecar that records the embedded
+    digits' preprocessing, as a user's artifact would."""
+    from mlit_edge.export.onnx_export import export_onnx
+    from mlit_edge.export.source import load_for_export
+
+    _, info = load_for_export(None, "xxs", 10, random_weights=True)
+    model = tiny_model(seed)
+    info["model"] = {**info["model"], "size": "tiny", "params": sum(p.numel() for p in model.parameters())}
+    info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
+    export_onnx(model, path, info)
+    return path

@@ -19,8 +19,6 @@ Image = pytest.importorskip("PIL.Image")
 
 from tests.hostile_corpus import make_corpus, png_bomb  # noqa: E402
 from mlit_edge.cli import main  # noqa: E402
-from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT  # noqa: E402
@@ -36,14 +34,12 @@ def hashes(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def good(trained_checkpoint, tmp_path_factory) -> tuple[Path, Path]:
-    """A trained artifact pair (.onnx + sidecar) and its checkpoint."""
-    model, ckpt = trained_checkpoint
-    path = tmp_path_factory.mktemp("good") / "mlit-xxs-custom-fp32.onnx"
-    export_onnx(model, path, load_for_export(str(ckpt), None)[1])
-    return path, ckpt
+def good(trained_onnx, trained_checkpoint) -> tuple[Path, Path]:
+    """A trained artifact pair (.onnx + sidecar) and its checkpoint (tests/conftest.py)."""
+    return trained_onnx, trained_checkpoint[1]
 
 
+@pytest.mark.slow
 def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, tmp_path):
     art, ckpt = good
     cases = make_corpus(tmp_path / "corpus", art, ckpt)
@@ -81,6 +77,7 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
     assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 109
 
 
+@pytest.mark.slow
 def test_bomb_in_a_list_of_files_leaves_the_good_ones_classified(good, tmp_path):
     art, _ = good
     (tmp_path / "bomb.png").write_bytes(png_bomb())
@@ -91,6 +88,7 @@ def test_bomb_in_a_list_of_files_leaves_the_good_ones_classified(good, tmp_path)
     assert r.exit_code == 2 and "error" in rows[0] and "class_id" in rows[1]
 
 
+@pytest.mark.slow
 def test_serve_survives_a_slow_writer_a_vanishing_file_and_a_bomb(good, tmp_path, monkeypatch):
     from mlit_edge.runtime import serve
 
@@ -136,6 +134,7 @@ def test_serve_survives_a_slow_writer_a_vanishing_file_and_a_bomb(good, tmp_path
 
 
 @pytest.mark.parametrize("error", [MemoryError(), KeyError(), RuntimeError("")])
+@pytest.mark.slow
 def test_serve_keeps_serving_after_an_exception_with_an_empty_message(good, tmp_path, monkeypatch, error):
     """An unexpected error with no message on one file (MemoryError() has none) is recorded for that file
     by its type, and the next file is still classified: the loop does not die on the error line."""
@@ -259,6 +258,7 @@ def test_resize_runs_in_bounded_steps_with_the_same_result():
     assert np.array_equal(resize_images(list(frames), budget=4096), whole)
 
 
+@pytest.mark.slow
 def test_classifier_after_close_and_unwritable_run_folder(good, tmp_path):
     art, _ = good
     clf = Classifier.load(art)
@@ -273,6 +273,7 @@ def test_classifier_after_close_and_unwritable_run_folder(good, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["done", "failed"])
+@pytest.mark.slow
 def test_serve_starts_with_a_file_named_like_its_folders_in_the_inbox(good, tmp_path, name, capsys):
     """A file called `done` used to stop every start on "File exists": a crash loop under systemd. It is
     renamed, classified like any image, and the folders are made."""
@@ -311,6 +312,7 @@ def test_a_checkpoint_s_size_field_never_names_a_file(trained_checkpoint, tmp_pa
     assert "\x1b" not in proc.stderr + proc.stdout + "".join(made)
 
 
+@pytest.mark.slow
 def test_serve_survives_any_name_in_its_inbox(good, tmp_path):
     """Names with a newline, a leading dash, 255 bytes, non-UTF-8 bytes, no extension, a file called `done`;
     and entries that are not regular files (a FIFO, a link to /dev/zero, a folder), which are never opened."""

@@ -51,7 +51,8 @@ def export(model: MLiT, path: Path, ckpt: Path | None) -> Path:
 
 @pytest.fixture(scope="module")
 def trio(tmp_path_factory):
-    """A checkpoint, its fp32 ONNX, and the ONNX of a copy whose router was perturbed."""
+    """A checkpoint, its fp32 ONNX, and the ONNX of a copy whose router was perturbed. Its two exports
+    take 5-10 s per worker, and its users bench in subprocesses: they are all marked `slow`."""
     d = tmp_path_factory.mktemp("bench")
     model = tiny()
     ckpt = save_ckpt(model, d / "ref.pt")
@@ -105,6 +106,7 @@ def test_routing_agreement_counts_sets_not_order():
     assert routing_agreement([a], [np.array([[[0, 1], [2, 4]]])]) == [0.5]
 
 
+@pytest.mark.slow
 def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     ckpt, good, bad = trio
     report = run_bench([str(good), str(bad), str(ckpt)], FAST)
@@ -115,6 +117,7 @@ def test_fp32_onnx_routes_as_torch_and_a_perturbed_router_does_not(trio):
     assert t["max_abs_err"] == 0.0 and t["cosine"] == 1.0 and t["routing_agreement"] == [1.0, 1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_path):
     ckpt, good, _ = trio
     other_model = tiny(seed=1)
@@ -139,6 +142,7 @@ def test_artifacts_of_another_model_are_flagged_against_the_reference(trio, tmp_
     assert "note: other.onnx: built from" in format_bench(report)
 
 
+@pytest.mark.slow
 def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(trio):
     """Each artifact in its own process: the same accuracy and fidelity as in one process, and every
     artifact's load memory is its own (in one process later ones reuse memory freed by earlier ones)."""
@@ -158,6 +162,7 @@ def test_isolated_bench_matches_in_process_and_measures_each_artifact_afresh(tri
     assert "each artifact in its own process" in format_bench(iso)
 
 
+@pytest.mark.slow
 def test_ort_arena_switch_reaches_the_session_and_changes_no_output(trio):
     ckpt, good, _ = trio
     on = run_bench([str(good)], replace(FAST, reference=str(ckpt)))
@@ -169,6 +174,7 @@ def test_ort_arena_switch_reaches_the_session_and_changes_no_output(trio):
     assert "CPU arena off" not in format_bench(on)
 
 
+@pytest.mark.slow
 def test_isolated_bench_reports_a_child_failure_in_one_line(trio, tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not an onnx model")
@@ -176,6 +182,7 @@ def test_isolated_bench_reports_a_child_failure_in_one_line(trio, tmp_path):
         run_bench([str(bad)], replace(FAST, isolate=True, data="mnist5k"))
 
 
+@pytest.mark.slow
 def test_report_schema_through_the_cli(trio, tmp_path):
     ckpt, good, _ = trio
     out = tmp_path / "r.json"
@@ -231,6 +238,7 @@ def test_unknown_artifact_and_missing_files_are_one_line(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 def test_tensorrt_runner_matches_onnxruntime_on_a_gpu(trio, tmp_path):
     """Real TensorRT + CUDA only: the plan's logits equal the ONNX Runtime logits to fp32 tolerance."""
     pytest.importorskip("tensorrt")

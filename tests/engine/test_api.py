@@ -14,12 +14,23 @@ from tests.helpers import CLI, ENV, ROOT
 RUNTIME = ROOT / "mlit_edge" / "runtime"
 
 
+def _stubs() -> Path:
+    """The cached TensorRT 10.13 stubs; a missing cache fails the test, naming the command that fetches it
+    (the README's test command runs it before pytest: the tests download nothing)."""
+    from tools.typecheck_trt import CACHE, cached, missing_message
+
+    if not cached(CACHE):
+        pytest.fail(missing_message(CACHE), pytrace=False)
+    return CACHE
+
+
 def _typecheck(*extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "typecheck_trt.py"), *extra], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=600)
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "typecheck_trt.py"), "--no-fetch", *extra],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
 def test_tensorrt_facing_modules_type_check_against_tensorrt_stubs():
+    _stubs()
     proc = _typecheck()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Success: no issues found in 5 source files" in proc.stdout
@@ -28,9 +39,7 @@ def test_tensorrt_facing_modules_type_check_against_tensorrt_stubs():
 def test_the_type_check_catches_a_call_that_tensorrt_does_not_have(tmp_path):
     """The check bites: a method TensorRT 10 removed (execute_async_v2) and a wrong argument are errors,
     so a clean run above means the calls match the stubs, not that the stubs were never read."""
-    from tools.typecheck_trt import fetch
-
-    stubs, _ = fetch()
+    stubs = _stubs()
     wrong = tmp_path / "wrong.py"
     wrong.write_text(textwrap.dedent("""
         import tensorrt as trt
@@ -82,19 +91,19 @@ print(json.dumps({"file": module.__file__, "missing": missing}))
 """
 
 
-def test_every_cudart_name_the_runner_uses_exists_under_both_import_paths(tmp_path):
+def test_every_cudart_name_the_runner_uses_exists_under_both_import_paths():
     """`cuda.bindings.runtime` (cuda-python >= 12.6, installed here) and `cuda.cudart` (the path of JetPack
-    6.0's cuda-python 12.2, fetched for this test into a folder of its own)."""
+    6.0's cuda-python 12.2, in a folder of its own that `python tools/fetch_test_deps.py` fills)."""
     import json
+
+    from tools.fetch_test_deps import CUDA_PYTHON_DIR, cuda_python_cached, cuda_python_missing_message
 
     names = _cudart_names()
     assert {"cudaStreamCreate", "cudaMallocHost", "cudaGraphLaunch", "cudaMemcpyKind.cudaMemcpyHostToDevice",
             "cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal", "cudaGetDeviceCount"} <= names, names
-    legacy = tmp_path / "cuda-python-12.2"
-    fetched = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(legacy),
-                              "cuda-python==12.2.1"], capture_output=True, text=True, timeout=600)
-    if fetched.returncode:
-        pytest.skip(f"cannot fetch cuda-python 12.2.1 from the package index: {fetched.stderr[-300:]}")
+    legacy = CUDA_PYTHON_DIR
+    if not cuda_python_cached(legacy):
+        pytest.fail(cuda_python_missing_message(legacy), pytrace=False)
     for module, path in [("cuda.bindings.runtime", None), ("cuda.cudart", legacy)]:
         env = {**ENV, "PYTHONPATH": f"{path}"} if path else ENV
         proc = subprocess.run([sys.executable, "-c", LOOKUP, module, json.dumps(sorted(names))], capture_output=True,

@@ -16,39 +16,15 @@ pytest.importorskip("onnxruntime")
 
 from mlit_edge.export.calibration import (Recipe, calibrate_int8, calibration_set, load_recipe, routing_coverage,  # noqa: E402
                                  stratified_indices)
-from mlit_edge.model.config import MLiTConfig  # noqa: E402
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.engine.plan import write_plan
 from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
-from mlit_edge.export.onnx_export import export_onnx
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from mlit_edge.model.mlit import MLiT  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar, sidecar_path  # noqa: E402
-from tests.helpers import CLI, ENV, ROOT, cli  # noqa: E402
+from tests.helpers import CLI, ENV, ROOT, cli, export_tiny, tiny_model  # noqa: E402
 
 RTX = pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (the dev extra installs it)")
-
-
-def tiny_model(seed: int = 0) -> MLiT:
-    torch.manual_seed(seed)
-    return MLiT(MLiTConfig(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hidden_first=16,
-                           hidden_last=8)).eval()
-
-
-def export_tiny(path: Path, seed: int = 0) -> Path:
-    _, info = load_for_export(None, "xxs", 10, random_weights=True)
-    model = tiny_model(seed)
-    info["model"] = {**info["model"], "size": "tiny", "params": sum(p.numel() for p in model.parameters())}
-    info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
-    export_onnx(model, path, info)
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_onnx(tmp_path_factory) -> Path:
-    return export_tiny(tmp_path_factory.mktemp("tiny") / "mlit-tiny-fp32.onnx")
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +186,7 @@ def test_plan_for_another_tensorrt_or_gpu_is_refused_with_the_rebuild_line(tmp_p
         assert "mlit-edge build --onnx m-fp16.onnx --precision fp16 --target tensorrt" in msg
 
 
+@pytest.mark.slow
 @RTX
 def test_build_int8_plan_from_onnx_with_tensorrt_rtx(tiny_onnx, tmp_path):
     out = tmp_path / "out"
@@ -261,6 +238,7 @@ os.replace = _replace_or_die
 """
 
 
+@pytest.mark.slow
 @RTX
 def test_killed_build_leaves_no_partial_artifact(tiny_onnx, tmp_path):
     """A SIGKILL between writing and publishing the plan (deterministic: a sitecustomize kills the
@@ -358,6 +336,7 @@ assert not any(m.split(".")[0] in ("torch", "onnx") for m in sys.modules)
     assert read_sidecar(tmp_path / "dev" / "mlit-tiny-int8.plan")["calibration_sha256"]
 
 
+@pytest.mark.slow
 def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(trained_checkpoint, tmp_path):
     """Each sidecar is written once, at the end, with everything measured: a trained checkpoint's fp16
     and INT8 artifacts record both their parity against PyTorch and their held-out top-1 (the earlier
@@ -375,6 +354,7 @@ def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(train
     assert not list(tmp_path.glob(".*"))  # no temporary or pending file left behind
 
 
+@pytest.mark.slow
 def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(trained_checkpoint, tmp_path):
     """`--target onnxruntime --precision int8` makes the graph ONNX Runtime runs fastest (integer matmuls,
     router in float); its sidecar names the runtime, and the TensorRT paths refuse it in one line."""

@@ -28,7 +28,9 @@ from mlit_edge.export.torch_runner import TorchRunner  # noqa: E402
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 
 
-@pytest.fixture(scope="module", params=["xxs", "xs", "s"])
+# each real size exports for 7-40 s (per worker that needs it), so its users are all `slow`; the fast
+# subset (-m "not slow") exports the tiny configuration instead (test_deploy_form_is_exact_with_attention_biases...)
+@pytest.fixture(scope="module", params=[pytest.param(size, marks=pytest.mark.slow) for size in ("xxs", "xs", "s")])
 def exported(request, tmp_path_factory):
     torch.manual_seed(0)
     model, info = load_for_export(None, request.param, 10, random_weights=True)
@@ -83,16 +85,16 @@ def test_static_check_catches_denied_ops_dynamic_shapes_and_topk(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(trained_checkpoint, tmp_path_factory):
-    """The trained small mLiT, exported with routing outputs and with fp16 and INT8 variants."""
+def trained(trained_checkpoint, trained_probe_onnx, tmp_path_factory):
+    """The trained small mLiT, its export with routing outputs (tests/conftest.py), and fp16 and INT8
+    variants of it, made in a folder of this module's: {"fp32": path, "fp16": path, "int8": path}."""
     model, _ = trained_checkpoint
     folder = tmp_path_factory.mktemp("trained")
-    info = load_for_export(None, "xxs", 10, random_weights=True)[1]
-    info["model"]["size"] = None
-    export_onnx(model, folder / "m.onnx", info, probe=True)
+    paths = {"fp32": trained_probe_onnx}
     for precision in ("fp16", "int8"):  # the one function that export and build both use
-        variant_of(folder / "m.onnx", precision, Inputs(model, Recipe("mnist5k", "train", 256), evaluate=False))
-    return model, folder
+        paths[precision] = variant_of(trained_probe_onnx, precision, Inputs(model, Recipe("mnist5k", "train", 256),
+                                                                           evaluate=False), folder=folder).path
+    return model, paths
 
 
 def _predictions(path, images):
@@ -100,8 +102,9 @@ def _predictions(path, images):
         return r.infer({"images": images})
 
 
+@pytest.mark.slow
 def test_fp16_and_int8_agree_with_pytorch_on_real_digits(trained):
-    model, folder = trained
+    model, paths = trained
     test = load_dataset("mnist5k", "test")
     x, y = next(iter(Loader(test, 1000, train=False)))
     with torch.no_grad():
@@ -110,27 +113,29 @@ def test_fp16_and_int8_agree_with_pytorch_on_real_digits(trained):
     assert ref_acc > 0.5  # the model has learned something, so agreement is meaningful
     agreement = {}
     for precision in ("fp16", "int8"):
-        out = _predictions(folder / f"m-{precision}.onnx", x.numpy())
+        out = _predictions(paths[precision], x.numpy())
         agreement[precision] = (out["logits"].argmax(-1) == ref).mean()
     print(f"top-1 agreement with PyTorch on 1000 test digits: {agreement} (PyTorch top-1 {ref_acc:.3f})")
     assert agreement["fp16"] >= 0.99 and agreement["int8"] >= 0.95
 
 
+@pytest.mark.slow
 def test_precision_variants_keep_router_in_float(trained):
-    _, folder = trained
-    fp16 = onnx.load(str(folder / "m-fp16.onnx"))
+    _, paths = trained
+    fp16 = onnx.load(str(paths["fp16"]))
     topk_inputs = {n.input[0] for n in fp16.graph.node if n.op_type == "TopK"}
     types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.shape_inference.infer_shapes(fp16).graph.value_info}
     assert all(types[t] == onnx.TensorProto.FLOAT for t in topk_inputs)  # gate logits stay fp32
-    int8 = onnx.load(str(folder / "m-int8.onnx"))
-    routers = router_nodes(onnx.load(str(folder / "m.onnx")))
+    int8 = onnx.load(str(paths["int8"]))
+    routers = router_nodes(onnx.load(str(paths["fp32"])))
     quantized_inputs = {i for n in int8.graph.node if n.op_type == "DequantizeLinear" for i in n.output}
     gate_matmuls = [n for n in int8.graph.node if n.name in routers and n.op_type in ("MatMul", "Gemm")]
     assert gate_matmuls and not any(i in quantized_inputs for n in gate_matmuls for i in n.input)
-    assert read_sidecar(folder / "m-int8.onnx")["precision"] == "int8"
+    assert read_sidecar(paths["int8"])["precision"] == "int8"
 
 
 @pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (pip install 'mlit-edge[trt-check]')")
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_tensorrt_builds_xxs_engines(tmp_path, precision):
     model, info = load_for_export(None, "xxs", 10, random_weights=True)
@@ -151,21 +156,23 @@ def test_tensorrt_builds_xxs_engines(tmp_path, precision):
 
 @pytest.mark.skipif(shutil.which("polygraphy") is None and not (Path(sys.executable).parent / "polygraphy").exists(),
                     reason="polygraphy is not installed")
+@pytest.mark.slow
 def test_polygraphy_runs_the_export_with_onnxruntime(trained):
-    _, folder = trained
+    _, paths = trained
     exe = shutil.which("polygraphy") or str(Path(sys.executable).parent / "polygraphy")
-    proc = subprocess.run([exe, "run", str(folder / "m.onnx"), "--onnxrt", "--input-shapes", "images:[4,3,36,36]"],
+    proc = subprocess.run([exe, "run", str(paths["fp32"]), "--onnxrt", "--input-shapes", "images:[4,3,36,36]"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "PASSED" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_torch_runner_and_ort_runner_share_the_interface(trained):
-    model, folder = trained
+    model, paths = trained
     x = np.zeros((2, 3, 36, 36), np.float32)
     names = ["logits"] + [f"experts_{i}" for i in range(model.cfg.depth)]
     with TorchRunner(to_deploy(model, probe=True), names, (None, 3, 36, 36)) as a, \
-            OnnxRuntimeRunner(folder / "m.onnx") as b:
+            OnnxRuntimeRunner(paths["fp32"]) as b:
         for r in (a, b):  # the contract lives on the base class: nothing is asked of the backend
             assert r.is_active and r.input_names == ["images"] and r.static_batch is None
             assert r.input_shape == (None, 3, 36, 36) and r.route_names == names[1:]

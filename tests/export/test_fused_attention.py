@@ -52,6 +52,7 @@ def test_the_fused_graph_is_exact_on_every_size(size, tmp_path):
     assert read_sidecar(path)["attention"] == record["attention"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", list(ATTENTION_FORMS))
 @pytest.mark.parametrize("attn_bias", [False, True])
 def test_every_form_is_exact_with_and_without_biases(tiny_cfg, tmp_path, form, attn_bias):
@@ -80,6 +81,7 @@ def test_every_form_is_exact_with_and_without_biases(tiny_cfg, tmp_path, form, a
     assert ("com.microsoft" in domains) is form.startswith("ms-")
 
 
+@pytest.mark.slow
 def test_tensorrt_refuses_the_fused_graph_in_one_line(tiny_cfg, tmp_path):
     """`check` and the TensorRT build refuse the ONNX Runtime flavour: by its sidecar, and by its ops when the
     sidecar is gone (no TensorRT parse is tried on ops it has no kernels for); the contrib ops' form too."""

@@ -17,6 +17,7 @@ def _counts(work, name: str) -> dict:
             "train split decoded": sum(n for (_, split), n in work.decoded.items() if split == "train")}
 
 
+@pytest.mark.slow
 def test_export_and_build_read_each_file_once(trained_checkpoint, tmp_path):
     from mlit_edge.engine.build import BuildRequest, run_build
     from mlit_edge.export.pipeline import ExportRequest, run_export

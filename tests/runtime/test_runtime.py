@@ -14,23 +14,19 @@ Image = pytest.importorskip("PIL.Image")
 
 from mlit_edge.train.data import Loader, load_dataset, mnist5k_raw  # noqa: E402
 from mlit_edge.engine.plan import write_plan  # noqa: E402
-from mlit_edge.export.onnx_export import export_onnx
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
 from tests.helpers import ENV, NO_TORCH  # noqa: E402
 
+# every test here runs the trained model (tests/conftest.py), whose training is most of the fast subset's budget
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def model_onnx(trained_checkpoint, tmp_path_factory) -> Path:
-    """The trained small mLiT (so predictions vary), exported with its sidecar."""
-    model, ckpt = trained_checkpoint
-    _, info = load_for_export(str(ckpt), None)
-    path = tmp_path_factory.mktemp("rt") / "m.onnx"
-    export_onnx(model, path, info)
-    return path
+def model_onnx(trained_onnx) -> Path:
+    """The trained small mLiT (so predictions vary), exported with its sidecar (tests/conftest.py)."""
+    return trained_onnx
 
 
 def png(path: Path, array: np.ndarray) -> Path:
@@ -174,8 +170,9 @@ def test_predict_cli_reports_bad_files_and_classifies_the_rest(model_onnx, tmp_p
                            str(model_onnx), "--json", "--top-k", "2"], capture_output=True, text=True, env=ENV)
     assert proc.returncode == 2, proc.stderr
     out = json.loads(proc.stdout)
-    assert len(out[0]["top"]) == 2 and "error" not in out[0] and "corrupt" in out[1]["error"] or \
-        "not an image" in out[1]["error"]
+    assert len(out) == 2, out
+    assert len(out[0]["top"]) == 2 and "error" not in out[0], out[0]
+    assert "corrupt" in out[1].get("error", "") or "not an image" in out[1].get("error", ""), out[1]
 
 
 def test_serve_loop_classifies_an_inbox(model_onnx, tmp_path):

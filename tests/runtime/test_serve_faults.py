@@ -16,17 +16,12 @@ import pytest
 pytest.importorskip("onnxruntime")
 Image = pytest.importorskip("PIL.Image")
 
-from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
-from mlit_edge.export.source import load_for_export  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model(trained_checkpoint, tmp_path_factory) -> Path:
-    net, ckpt = trained_checkpoint
-    path = tmp_path_factory.mktemp("serve-model") / "m.onnx"
-    export_onnx(net, path, load_for_export(str(ckpt), None)[1])
-    return path
+def model(trained_onnx) -> Path:
+    return trained_onnx
 
 
 def drop(inbox: Path, names, value: int = 200) -> None:
@@ -72,6 +67,7 @@ def exactly_once(results: list[dict], names: list[str]) -> None:
     assert len({r["id"] for r in results}) == len(results)
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_and_between_the_row_and_the_move(model, tmp_path):
     inbox, results = tmp_path / "inbox", tmp_path / "results.jsonl"
     inbox.mkdir()
@@ -104,6 +100,7 @@ def test_kill_9_at_random_moments_and_between_the_row_and_the_move(model, tmp_pa
     assert not list((inbox / "processing").iterdir())
 
 
+@pytest.mark.slow
 def test_a_second_server_on_one_inbox_is_refused(model, tmp_path):
     inbox, results = tmp_path / "inbox", tmp_path / "results.jsonl"
     inbox.mkdir()
@@ -120,6 +117,7 @@ def test_a_second_server_on_one_inbox_is_refused(model, tmp_path):
     exactly_once(rows(results), names)
 
 
+@pytest.mark.slow
 def test_a_rotated_results_file_loses_no_rows(model, tmp_path):
     inbox, results = tmp_path / "inbox", tmp_path / "results.jsonl"
     inbox.mkdir()
@@ -138,6 +136,7 @@ def test_a_rotated_results_file_loses_no_rows(model, tmp_path):
     assert "rotated or removed" in err
 
 
+@pytest.mark.slow
 def test_an_image_that_cannot_be_moved_is_recorded_once_and_left_alone(model, tmp_path):
     inbox, results = tmp_path / "inbox", tmp_path / "results.jsonl"
     inbox.mkdir()
@@ -170,6 +169,7 @@ def test_an_image_that_cannot_be_moved_is_recorded_once_and_left_alone(model, tm
             shutil.rmtree(elsewhere, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_torn_results_line_is_cut_and_the_results_inside_the_inbox_refused(model, tmp_path):
     inbox, results = tmp_path / "inbox", tmp_path / "results.jsonl"
     inbox.mkdir()
@@ -226,6 +226,7 @@ print(json.dumps({"base": base, "after": rss_mb()}))
 """
 
 
+@pytest.mark.slow
 def test_wide_images_leave_the_memory_where_it_was(model, tmp_path):
     """Six 1 x 1,000,000 px PNGs of distinct widths (each used to keep a 36 x W float64 matrix)."""
     proc = subprocess.run([sys.executable, "-c", MEMORY, str(model), str(tmp_path)], capture_output=True, text=True,

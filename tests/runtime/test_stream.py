@@ -20,7 +20,6 @@ pytest.importorskip("onnx")
 
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.runtime.video import FrameReader, SourceError, VideoSource, csi_pipeline, parse_source  # noqa: E402
-from tests.engine.test_build import export_tiny  # noqa: E402
 from tests.helpers import CLI, ENV, NO_TORCH, cli  # noqa: E402
 
 
@@ -52,8 +51,8 @@ def rows(text: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return export_tiny(tmp_path_factory.mktemp("stream") / "mlit-tiny-fp32.onnx")
+def model(tiny_onnx) -> Path:
+    return tiny_onnx
 
 
 @pytest.fixture(scope="module")

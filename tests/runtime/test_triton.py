@@ -12,8 +12,7 @@ text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from tests.engine.test_build import export_tiny  # noqa: E402
-from tests.helpers import cli  # noqa: E402
+from tests.helpers import cli, tiny_model  # noqa: E402
 
 
 def model_config_pb2():
@@ -31,8 +30,8 @@ def parse(folder: Path):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return export_tiny(tmp_path_factory.mktemp("triton") / "mlit-tiny-fp32.onnx")
+def tiny(tiny_onnx) -> Path:
+    return tiny_onnx
 
 
 def test_onnx_artifact_becomes_a_dynamic_batch_onnxruntime_model(tiny, tmp_path):
@@ -52,7 +51,6 @@ def test_onnx_artifact_becomes_a_dynamic_batch_onnxruntime_model(tiny, tmp_path)
 def test_static_batch_has_max_batch_zero_and_full_dims(tmp_path):
     from mlit_edge.export.onnx_export import export_onnx
     from mlit_edge.export.source import load_for_export
-    from tests.engine.test_build import tiny_model
 
     static = tmp_path / "mlit-tiny-b4-fp32.onnx"
     _, info = load_for_export(None, "xxs", 10, random_weights=True)

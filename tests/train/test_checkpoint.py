@@ -104,6 +104,7 @@ def test_a_fresh_start_cleans_stale_temporaries_and_keeps_the_old_log_aside(tmp_
     assert log.read_text().splitlines()[-1] == '{"epoch": 2}'
 
 
+@pytest.mark.slow
 def test_a_zip_bomb_checkpoint_is_refused_from_its_declared_sizes(tmp_path, trained_checkpoint):
     import tracemalloc
     import zipfile

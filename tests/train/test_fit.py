@@ -20,6 +20,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_process_gloo_ddp_gradients_match_one_process(tmp_path):
     out = tmp_path / "grads.pt"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
@@ -155,6 +156,7 @@ def test_a_checkpoint_written_before_a_config_field_existed_still_resumes(tiny_c
                       tiny_cfg.replace(pos_init="sincos"), "xxs", data, tmp_path / "checkpoint.pt")
 
 
+@pytest.mark.slow
 def test_few_label_training_records_its_subset_and_resumes_only_on_it(tmp_path):
     """`--labels-per-class`: the run trains on that many images of each class, records the draw in its
     checkpoint and metrics.jsonl, and refuses to continue on another draw."""

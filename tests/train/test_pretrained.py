@@ -83,6 +83,7 @@ def test_a_changed_weights_file_is_refused_in_one_line(tmp_path, monkeypatch, na
         load_checkpoint("pretrained:nope")
 
 
+@pytest.mark.slow
 def test_random_weights_build_ignores_the_pretrained_model_and_says_so(tmp_path):
     """`--random-weights` keeps the latency-only path, with its warning, and records it. (The default,
     the pretrained weights named and recorded, is checked by tests/engine/test_build.py on the README's
@@ -94,6 +95,7 @@ def test_random_weights_build_ignores_the_pretrained_model_and_says_so(tmp_path)
     assert record["random_weights"] and record["checkpoint"] is None
 
 
+@pytest.mark.slow
 def test_eval_of_the_pretrained_model_repeats_its_recorded_top1():
     from mlit_edge.train.eval_checkpoint import evaluate_checkpoint
 
@@ -101,6 +103,7 @@ def test_eval_of_the_pretrained_model_repeats_its_recorded_top1():
     assert result["top1"] == pytest.approx(pretrained.entry_of(NAME)["top1"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_finetune_from_the_shipped_mmlit_on_a_few_labels(tmp_path):
     """The few-label path the README shows: the shipped encoder, 2 labelled digits of each class."""
     import torch
