@@ -9,6 +9,7 @@ import click
 from ..export import FRONTENDS, PRECISIONS, TARGETS
 from ..export.requests import BuildRequest, ExportOptions, ExportRequest
 from ..runtime.artifact import BATCH_PROFILE
+from ..runtime.profiles import JETPACKS, TENSORRTS
 from .common import FiniteFloat, OPSET, batch_triple, check_size, default, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
@@ -26,6 +27,12 @@ def _export_options(fn):
         click.option("--num-classes", default=default(ExportOptions, "num_classes"), show_default=True,
                      type=click.IntRange(min=1), help="Head size for random weights."),
         OPSET,
+        click.option("--jetpack", default=None, type=click.Choice(JETPACKS),
+                     help="The Jetson's JetPack: the graph and the engine follow its TensorRT (5.1: 8.5, opset 17, "
+                          "LayerNorm decomposed, weakly typed; 6.0: 8.6, opset 17, weakly typed; 6.1/6.2: 10.3 and "
+                          "7: 10.13, strongly typed) [default: TensorRT 10; on a device, its installed TensorRT]."),
+        click.option("--tensorrt", default=None, type=click.Choice(sorted(TENSORRTS)),
+                     help="The same as --jetpack, named by JetPack's TensorRT version."),
         click.option("--calib-data", default=None,
                      help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
                           "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k]."),
@@ -129,9 +136,13 @@ def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
 @click.command("check")
 @click.argument("onnx_path", type=click.Path(dir_okay=False))
 @click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")
+@click.option("--jetpack", default=None, type=click.Choice(JETPACKS),
+              help="Check the ops and opset against that JetPack's TensorRT operator table (onnx-tensorrt's "
+                   "docs/operators.md on its branch) [default: TensorRT 10's opsets].")
+@click.option("--tensorrt", default=None, type=click.Choice(sorted(TENSORRTS)), help="The same, by TensorRT version.")
 @click.option("--json", "as_json", is_flag=True)
 @user_errors
-def check_cmd(onnx_path: str, no_build: bool, as_json: bool) -> None:
+def check_cmd(onnx_path: str, no_build: bool, jetpack: str | None, tensorrt: str | None, as_json: bool) -> None:
     """TensorRT compatibility report: denied ops, static shapes, TopK limits, and a real TensorRT(-RTX)
     parse and strongly typed engine build where one is installed. Exits non-zero when not buildable."""
     from dataclasses import asdict
@@ -139,7 +150,9 @@ def check_cmd(onnx_path: str, no_build: bool, as_json: bool) -> None:
     from ..engine.check import check
     from ..engine.check import format_report
 
-    rep = check(onnx_path, build=not no_build)
+    from ..runtime.profiles import named_profile
+
+    rep = check(onnx_path, build=not no_build, profile=named_profile(jetpack, tensorrt))
     click.echo(json.dumps({**asdict(rep), "ok": rep.ok}, indent=2) if as_json else format_report(rep))
     if not rep.ok:
         sys.exit(1)

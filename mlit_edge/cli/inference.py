@@ -67,13 +67,15 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per image.")
 @MAX_PIXELS
+@click.option("--force", is_flag=True, help="Run a plan built on another Jetson module of the same GPU (AGX Orin, "
+                                            "Orin NX and Orin Nano are all sm_87); it says so.")
 @user_errors
-def predict(images, model_path, top_k, as_json, max_pixels) -> None:
+def predict(images, model_path, top_k, as_json, max_pixels, force) -> None:
     """Classify image files with the embedded runtime (no torch). Unreadable files get an error entry
     and the rest are still classified; the exit code is 2 when any failed."""
     from ..runtime import predict_files
 
-    results = predict_files(model_path, images, top_k, max_pixels)
+    results = predict_files(model_path, images, top_k, max_pixels, force)
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:

@@ -53,7 +53,8 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
         require_torch_tensorrt(req.precision)
     trt = import_trt(target[0]) if target[0] in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
     source = source or open_source(req, req.onnx)
-    plan = resolve_plan(req, source, target)
+    # where TensorRT itself builds (the device), its version decides the profile
+    plan = resolve_plan(req, source, target, trt.__version__ if trt is not None and target[0] == "tensorrt" else None)
     for note in plan.notes:
         logger.info(note)
     with export_stage(plan, source, req) as exported:
@@ -63,10 +64,11 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
             logger.info(f"[build] artifact for ONNX Runtime: {final.path} (+ {final.path.name}.json)")
             return BuildResult(final.path, final.record, final.path, plan.target, notes, final.coverage,
                                final.calibration_reused)
-        result = _engine(req, plan, source.model, final.path, trt)
+        result = _engine(req, plan, source.model, final.path, final.record, trt)
         record = write_plan(result["engine"], plan.engine, engine_record(final.path, final.record, final.sha256,
                                                                          result, local_env(plan.target), plan.target,
-                                                                         plan.frontend))
+                                                                         plan.frontend,
+                                                                         plan.device.record() if plan.device else None))
         logger.info(f"      {plan.engine}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, "
                     f"{result['build_s']} s "
                     f"(+ {plan.engine.name}.json)")
@@ -74,9 +76,17 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
                            final.calibration_reused)
 
 
-def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, trt) -> dict:
+def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, final_record: ArtifactRecord, trt) -> dict:
     """The serialized engine of `final`, through TensorRT's ONNX parser or torch-tensorrt."""
-    opts = BuildOptions(plan.profile or req.profile, req.workspace, req.timing_cache, req.dla_core)
+    strongly = plan.target == "tensorrt-rtx" or plan.device is None or plan.device.strongly_typed
+    if not strongly and req.frontend == "onnx":
+        logger.info(f"[build] {plan.device.describe()}: EXPLICIT_BATCH, builder flags for {req.precision}, "
+                    f"{len(final_record.fp32_layers)} ONNX nodes pinned to fp32 (OBEY_PRECISION_CONSTRAINTS)")
+    elif plan.target == "tensorrt-rtx" and plan.device is not None and not plan.device.strongly_typed:
+        logger.info(f"note: TensorRT-RTX builds strongly typed only: this plan shows that the {plan.device.name} graph "
+                    f"parses and builds; the Jetson builds its own, weakly typed (mlit-edge build --onnx on it)")
+    opts = BuildOptions(plan.profile or req.profile, req.workspace, req.timing_cache, req.dla_core, strongly,
+                        req.precision, final_record.fp32_layers)
     if plan.frontend == "torch-tensorrt":
         from ..export.static import to_deploy
         from .torch_trt import torch_tensorrt_engine
@@ -88,8 +98,8 @@ def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, trt) -> dict
     from .plan import build_serialized
 
     lo, opt, hi = opts.profile
-    logger.info(f"[build] {trt.__name__} {trt.__version__}: strongly typed engine from {final.name} "
-                f"(batch {plan.batch or f'{lo},{opt},{hi}'})")
+    logger.info(f"[build] {trt.__name__} {trt.__version__}: {'strongly' if strongly else 'weakly'} typed engine from "
+                f"{final.name} (batch {plan.batch or f'{lo},{opt},{hi}'})")
     result = build_serialized(final, trt, opts)
     if not result["ok"]:
         raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))

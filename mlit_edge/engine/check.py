@@ -15,6 +15,7 @@ from ..export import OPSETS
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.graph_scan import onnxruntime_ops
 from ..runtime.messages import first_line
+from ..runtime.profiles import DeviceProfile
 from ..runtime.trt_env import import_trt
 from .plan import BuildOptions, build_serialized
 
@@ -34,6 +35,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     layer_nodes: list[int] = field(default_factory=list)  # ONNX nodes of each encoder layer, in order
     build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
+    profile: str | None = None  # the device profile checked against (runtime.profiles)
+    table: str | None = None  # the operator table's source (onnx-tensorrt branch and commit)
     onnxruntime_ops: dict[str, int] = field(default_factory=dict)  # ops only ONNX Runtime runs (no build is tried)
 
     @property
@@ -90,8 +93,9 @@ def _constants(model) -> dict:
     return consts
 
 
-def static_checks(path: str | Path) -> Report:
-    """Everything that needs no TensorRT."""
+def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Report:
+    """Everything that needs no TensorRT. `profile`: check the ops and opset against that TensorRT's own
+    operator table (`parser_checks`); without one, against TensorRT 10's opsets."""
     import onnx
 
     path = Path(path)
@@ -104,11 +108,13 @@ def static_checks(path: str | Path) -> Report:
         rep.problems.append(f"ONNX Runtime's own ops ({ops}): TensorRT cannot parse them; this is the ONNX Runtime "
                             "flavour (fused attention), so build TensorRT's from the checkpoint or the portable fp32 "
                             "ONNX (opset 18-20)")
-    elif rep.opset not in OPSETS:
+    elif profile is None and rep.opset not in OPSETS:
         rep.problems.append(f"opset {rep.opset}: use {OPSETS[0]}-{OPSETS[-1]} (native LayerNormalization, "
                             "no opset-23 Attention)")
     for node in model.graph.node:
         rep.ops[node.op_type] = rep.ops.get(node.op_type, 0) + 1
+    if profile is not None and not rep.onnxruntime_ops:
+        parser_checks(rep, model, profile)
     rep.layer_nodes = nodes_per_layer(model)
     for op in sorted(set(rep.ops) & DENIED):
         rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
@@ -150,6 +156,40 @@ def static_checks(path: str | Path) -> Report:
     return rep
 
 
+def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
+    """The graph against the ONNX parser of the profile's TensorRT: its opset range, each op's Supported column
+    and the restrictions this graph can break, from onnx-tensorrt's docs/operators.md on that release's branch
+    (`trt_sources.op_table`, which says which branch). A prediction from NVIDIA's table, not a parse."""
+    from .trt_sources import op_table
+
+    table = op_table(profile.tensorrt if "." in profile.tensorrt else f"{profile.tensorrt}.0")
+    rep.profile, rep.table = profile.name, table.source
+    where = f"TensorRT {profile.tensorrt}'s parser ({profile.name})"
+    if rep.opset is not None and rep.opset > table.max_opset:
+        rep.problems.append(f"opset {rep.opset}: {where} reads opset {table.max_opset} at most; export with "
+                            f"--jetpack {profile.jetpack or '...'}")
+    if rep.opset is not None and table.min_opset and rep.opset < table.min_opset:
+        rep.problems.append(f"opset {rep.opset}: {where} reads opset {table.min_opset} and newer")
+    for op in sorted(op for op in rep.ops if op != "Constant"):  # a Constant adds no layer (registerLayer)
+        if not table.supported(op):
+            rep.problems.append(f"{op} x{rep.ops[op]}: {where} does not support it"
+                                + (" (export with --jetpack " f"{profile.jetpack}, which decomposes it)"
+                                   if op == "LayerNormalization" and profile.jetpack else ""))
+        elif table.restrictions(op):
+            rep.notes.append(f"{op}: {where} restricts it: {table.restrictions(op)}")
+    if "initializer" in table.restrictions("TopK"):  # 8.5-GA: "`K` input must be an initializer"
+        weights = {t.name for t in model.graph.initializer}
+        computed = [n.name for n in model.graph.node if n.op_type == "TopK" and n.input[1] not in weights]
+        if computed:
+            rep.problems.append(f"TopK x{len(computed)}: {where} needs K as an initializer, not a node's output "
+                                f"(e.g. {computed[0]})")
+    if "`sorted` must be 1" in table.restrictions("TopK"):  # 10.1-GA
+        unsorted = [n.name for n in model.graph.node if n.op_type == "TopK"
+                    and any(a.name == "sorted" and a.i == 0 for a in n.attribute)]
+        if unsorted:
+            rep.problems.append(f"TopK x{len(unsorted)}: {where} needs sorted=1 (e.g. {unsorted[0]})")
+
+
 def format_report(rep: Report) -> str:
     lines = [f"{rep.path}: opset {rep.opset}, {sum(rep.ops.values())} nodes, "
              f"ops: {', '.join(f'{k} {v}' for k, v in sorted(rep.ops.items()))}"]
@@ -157,12 +197,16 @@ def format_report(rep: Report) -> str:
         per = sorted(set(rep.layer_nodes))
         lines.append(f"  {'/'.join(map(str, per))} nodes per encoder layer x {len(rep.layer_nodes)}, "
                      f"{sum(rep.ops.values()) - sum(rep.layer_nodes)} outside them (patch embedding, head)")
+    if rep.profile:
+        lines.append(f"  checked against {rep.profile}'s operator table: {rep.table} (a prediction from NVIDIA's "
+                     "documented table, not a parse by that TensorRT)")
     lines += [f"  FAIL {p}" for p in rep.problems]
     lines += [f"  note {n}" for n in rep.notes]
     if rep.build:
         b = rep.build
         if b["ok"]:
-            lines.append(f"  {b['module']} {b['version']}: parsed and built a strongly typed engine: {b['layers']} "
+            typed = "strongly" if b.get("flags", {}).get("strongly_typed", True) else "weakly"
+            lines.append(f"  {b['module']} {b['version']}: parsed and built a {typed} typed engine: {b['layers']} "
                          f"layers, {b['build_s']} s, {b['engine_bytes'] / 1e6:.2f} MB")
         else:
             lines.append(f"  FAIL {b['module']} {b['version']} {b['stage']} failed:")
@@ -183,12 +227,13 @@ def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0) -> dict:
     return result
 
 
-def check(path: str | Path, build: bool = True) -> Report:
-    """Static checks, plus a real TensorRT parse and build where a TensorRT module imports."""
+def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = None) -> Report:
+    """Static checks (against `profile`'s operator table when given), plus a real TensorRT parse and build
+    where a TensorRT module imports."""
     from ..runtime.schema import SidecarError, check_runtime
     from ..runtime.sidecar import read_sidecar
 
-    rep = static_checks(path)
+    rep = static_checks(path, profile)
     try:
         check_runtime(read_sidecar(path, verify_hash=False), "tensorrt", path)
     except FileNotFoundError:
@@ -197,7 +242,9 @@ def check(path: str | Path, build: bool = True) -> Report:
         rep.problems.append(str(e))
         return rep
     trt = import_trt() if build and not rep.onnxruntime_ops else None
-    if rep.onnxruntime_ops:
+    if not build:
+        rep.notes.append("parse and build skipped (--no-build)")
+    elif rep.onnxruntime_ops:
         rep.notes.append("parse and build skipped: TensorRT has no kernels for ONNX Runtime's own ops")
     elif trt is None:
         rep.notes.append("no tensorrt / tensorrt_rtx installed: parse and build skipped "

@@ -1,7 +1,10 @@
 """TensorRT plans: build a raw `.plan` from a precision-carrying ONNX, with its sidecar.
 
-The network is strongly typed: precision comes from the ONNX (fp16 casts, INT8 Q/DQ), never from
-builder flags. The `.plan` stays raw so trtexec and DeepStream load it; its `.plan.json` sidecar
+The device profile (`runtime.profiles`) decides the typing. On TensorRT >= 10 (and TensorRT-RTX) the
+network is strongly typed: precision comes from the ONNX (fp16 casts, INT8 Q/DQ), never from builder
+flags. TensorRT 8.5 and 8.6 (JetPack 5.1 and 6.0) have no strongly typed mode: the network is made with
+EXPLICIT_BATCH, the FP16/INT8 flags match what the ONNX carries, and LayerNorm, softmax, the router and
+the head are pinned to fp32 with OBEY_PRECISION_CONSTRAINTS. The `.plan` stays raw so trtexec and DeepStream load it; its `.plan.json` sidecar
 records what it was built from, with what, and for which device. Loading and verifying plans is
 the runtime's job (`runtime.trt_env`), since a device needs it without this stage.
 """
@@ -29,19 +32,68 @@ class BuildOptions:
     workspace_gib: float = 1.0
     timing_cache: str | None = None
     dla_core: int | None = None
+    strongly_typed: bool = True  # the device profile's typing (runtime.profiles): False for TensorRT 8.x
+    precision: str = "fp32"  # what the ONNX carries: a weakly typed build sets the builder flags for it
+    fp32_layers: tuple[str, ...] = ()  # ONNX nodes a weakly typed build pins to fp32 (the sidecar's fp32_layers)
+
+
+def network_flags(module: ModuleType, strongly_typed: bool) -> int:
+    """The network creation flags of the profile's typing. TensorRT >= 10 (and TensorRT-RTX) build strongly
+    typed: precision comes from the ONNX. TensorRT 8.x has no STRONGLY_TYPED (NVIDIA/TensorRT release/8.5 and
+    release/8.6, python/src/infer/pyCore.cpp) and its ONNX parser refuses an implicit-batch network
+    (onnx-tensorrt 8.6-GA ModelImporter.cpp: "only supports TensorRT INetworkDefinitions with an explicit batch
+    dimension"), so a weakly typed network is created with EXPLICIT_BATCH, never with flags = 0."""
+    if not TYPE_CHECKING:
+        trt = module
+    kinds = trt.NetworkDefinitionCreationFlag
+    if strongly_typed:
+        if not hasattr(kinds, "STRONGLY_TYPED"):
+            raise RuntimeError(f"{trt.__name__} {trt.__version__} has no strongly typed networks (TensorRT 8.x): "
+                               "build with this device's profile (--jetpack 5.1 or 6.0)")
+        return 1 << int(kinds.STRONGLY_TYPED)
+    return 1 << int(kinds.EXPLICIT_BATCH)
+
+
+def _pinned(name: str, fp32_layers: frozenset[str]) -> bool:
+    """Whether a TensorRT layer comes from one of the ONNX nodes `fp32_layers` names. onnx-tensorrt names a
+    node's layer after the node, and a second layer of it NAME_N (8.5-GA ImporterContext.cpp registerLayer,
+    ImporterContext.hpp generateUniqueName; the same in 8.6-GA)."""
+    base, _, suffix = name.rpartition("_")
+    return name in fp32_layers or (suffix.isdigit() and base in fp32_layers)
+
+
+def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: tuple[str, ...]) -> int:
+    """Keep LayerNorm, softmax, the router and the head in fp32 in a weakly typed network (with
+    OBEY_PRECISION_CONSTRAINTS set on the config): TensorRT 8.x may otherwise run them in half precision, the
+    known ViT FP16 failure (NVIDIA/TensorRT#2564). Returns how many layers were pinned."""
+    if not TYPE_CHECKING:
+        trt = module
+    names, pinned = frozenset(fp32_layers), 0
+    floats = (trt.DataType.FLOAT, trt.DataType.HALF)
+    kinds = {trt.LayerType.SOFTMAX}
+    if hasattr(trt.LayerType, "NORMALIZATION"):  # INormalizationLayer came with 8.6; 8.5 has no such layer
+        kinds.add(trt.LayerType.NORMALIZATION)
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if not (_pinned(layer.name, names) or layer.type in kinds):
+            continue
+        layer.precision = trt.DataType.FLOAT
+        for j in range(layer.num_outputs):
+            if layer.get_output(j).dtype in floats:  # TopK's indices stay integers
+                layer.set_output_type(j, trt.DataType.FLOAT)
+        pinned += 1
+    return pinned
 
 
 def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptions = BuildOptions()) -> dict:
     """Parse and build with `module` (tensorrt or tensorrt_rtx); {"ok": True, "engine": bytes, layers,
-    build_s, io, ...} or {"ok": False, "stage", "errors"} with the parser's errors verbatim."""
+    build_s, io, ...} or {"ok": False, "stage", "errors"} with the parser's errors verbatim. The flags in the
+    result are what was really set."""
     if not TYPE_CHECKING:  # type-checked against TensorRT's API (tensorrt-stubs, tools/typecheck_trt.py)
         trt = module
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
-    flags = 0
-    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
-        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    network = builder.create_network(flags)
+    network = builder.create_network(network_flags(module, opts.strongly_typed))
     parser = trt.OnnxParser(network, logger)
     base = {"module": trt.__name__, "version": trt.__version__}
     start = time.perf_counter()
@@ -50,7 +102,15 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
                 "errors": [str(parser.get_error(i)) for i in range(parser.num_errors)]}
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(opts.workspace_gib * (1 << 30)))
-    settings: dict = {"strongly_typed": True, "workspace_gib": opts.workspace_gib}
+    settings: dict = {"strongly_typed": opts.strongly_typed, "workspace_gib": opts.workspace_gib}
+    if not opts.strongly_typed:  # TensorRT 8.x: the builder flags carry the precision the ONNX holds
+        settings.update(explicit_batch=True, fp16=opts.precision in ("fp16", "int8"), int8=opts.precision == "int8")
+        if settings["fp16"]:
+            config.set_flag(trt.BuilderFlag.FP16)
+        if settings["int8"]:  # the Q/DQ graph is explicitly quantized: no calibrator
+            config.set_flag(trt.BuilderFlag.INT8)
+        config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+        settings.update(obey_precision_constraints=True, fp32_layers=pin_fp32(network, module, opts.fp32_layers))
     inp = network.get_input(0)
     rest = list(inp.shape[1:])  # Dims slices to a tuple
     if inp.shape[0] == -1:
@@ -103,10 +163,13 @@ def write_plan(engine: bytes, out: str | Path, record: dict) -> dict:
 
 
 def engine_record(onnx_path: str | Path, source: ArtifactRecord, source_sha256: str | None, result: dict,
-                  env: DeviceEnv, target: str, frontend: str = "onnx") -> dict:
+                  env: DeviceEnv, target: str, frontend: str = "onnx", profile: dict | None = None) -> dict:
     """The `.plan.json` fields: the source ONNX's provenance (its record and sha256, as the build holds them)
-    plus the builder, the device and the flags."""
+    plus the builder, the device (its Jetson module too) and the flags really set. `profile`: the device
+    profile the plan was built for (the ONNX's own when it is not given)."""
     src = user_fields(source.to_dict())
+    if profile is not None:
+        src["profile"] = profile
     src.pop("inputs", None)
     src.pop("outputs", None)
     return {**src, "kind": "tensorrt-engine", "target": target, "frontend": frontend,

@@ -14,7 +14,7 @@ import hashlib
 import json
 import weakref
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
 from .quiet import quiet
 from .static import onnx_translations, to_deploy
 from .torch_runner import TorchRunner
+
+if TYPE_CHECKING:
+    from ..runtime.profiles import DeviceProfile
 
 PARITY_TOL = 1e-4
 # [ours] what ONNX Runtime runs this graph with: the portable fusions; "all" adds a CPU-specific blocked
@@ -68,13 +71,16 @@ def attention_record(attention: str) -> dict:
 
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
                 probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
-                attention: str = GROUPED) -> dict:
+                attention: str = GROUPED, device: "DeviceProfile | None" = None) -> dict:
     """Export `model` to `out` with its sidecar, published together once checked; returns the record.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
     outputs every layer's top-k expert indices. `measure(path, record)` adds fields (e.g. accuracy)
     measured on the file before it is published. `attention`: "grouped" (portable) or a fused form for
-    ONNX Runtime, which sets the opset where the form needs its own (opset 23 for "onnx").
+    ONNX Runtime, which sets the opset where the form needs its own (opset 23 for "onnx"). `device`: the
+    TensorRT profile the graph is for (`runtime.profiles`): an older parser's graph is rewritten for it
+    (`legacy_graph.for_parser`: opset 17, LayerNorm decomposed, TopK's K an initializer) before the check, so
+    the check covers the rewritten graph.
     """
     import onnx
 
@@ -100,6 +106,12 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         meta = {"mlit_edge_version": __version__, "precision": "fp32", "classes": info["classes"],
                 "preprocess": info["preprocess"], "model": info["model"]}
         onnx.helper.set_model_props(proto, {"mlit_edge": json.dumps(meta)})
+        rewritten = {}
+        if device is not None and (device.opset < opset or device.layernorm != "native" or device.topk_k_initializer):
+            from .legacy_graph import for_parser
+
+            proto, rewritten = for_parser(proto, device.opset, device.layernorm, device.topk_k_initializer)
+            opset = device.opset
         onnx.save(proto, str(tmp))
         parity = verify_onnx(tmp, model, batch, probe) if check else None
         record = {**info, "precision": "fp32", **attention_record(attention), "opset": opset,
@@ -107,6 +119,10 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
                   "inputs": {INPUT: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
                   "outputs": names, "parity": parity, "torch_version": torch.__version__,
                   "onnx_version": onnx.__version__}
+        if device is not None:
+            record["profile"] = device.record()
+            if rewritten:
+                record["parser_graph"] = rewritten
         if measure is not None:
             record.update(measure(tmp, record))
         return publish(tmp, out, record)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.artifact import torch_available
-from . import export_opset
+from ..runtime.profiles import DeviceProfile, choose, named_profile, parses, profile_named
+from . import GROUPED, export_opset
 from .calibration import Recipe
 from .flavours import Flavour, artifact_name, flavour, fp32_base, variant_path
 from .requests import BuildRequest, ExportOptions, ExportRequest
@@ -55,6 +56,7 @@ class BuildPlan:
     profile: tuple[int, int, int] | None  # a build's batch profile (MIN, OPT, MAX); None for an export
     notes: tuple[str, ...] = ()  # what the resolution decided that the user should hear
     target_note: str | None = None  # why `auto` chose what it chose
+    device: DeviceProfile | None = None  # the TensorRT profile (runtime.profiles); None for ONNX Runtime
 
     @property
     def outputs(self) -> tuple[Path, ...]:
@@ -81,9 +83,11 @@ def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None
     return "tensorrt", None
 
 
-def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | None] | None = None) -> BuildPlan:
+def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | None] | None = None,
+                 trt_version: str | None = None) -> BuildPlan:
     """The plan of `req` (an `ExportRequest` or a `BuildRequest`) from its opened `source`. `target`: a
-    build's `resolve_target` answer, when the caller resolved it first (to fail before opening the source)."""
+    build's `resolve_target` answer, when the caller resolved it first (to fail before opening the source).
+    `trt_version`: the TensorRT a build on this machine builds with (it decides the device profile)."""
     from .calibration import resolve_recipe
 
     torch = torch_available()
@@ -123,8 +127,42 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     if any(v.flavour.maker == "int8-qdq" for v in int8) and not torch:
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
+    device = _device(req, source, runtime, trt_version, notes)
+    opset = export_opset(base.attention, req.opset)
+    if device is not None and base.attention == GROUPED:
+        if opset > device.max_opset:
+            raise ValueError(f"--opset {req.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
+                             "at most")
+        opset = min(opset, device.opset)
     dataset = source.record.dataset
     recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, dataset) if int8 else None
-    return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None, base.attention,
-                     export_opset(base.attention, req.opset), req.batch, probe, variants, precisions, engine, dataset,
-                     recipe, req.evaluate and torch, torch, profile, tuple(notes), note)
+    return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None,
+                     base.attention, opset, req.batch, probe, variants, precisions, engine, dataset, recipe,
+                     req.evaluate and torch, torch, profile, tuple(notes), note, device)
+
+
+def _device(req: ExportOptions, source: Source, runtime: str, trt_version: str | None,
+            notes: list[str]) -> DeviceProfile | None:
+    """The device profile, chosen once: the flag's, or where a build runs this machine's TensorRT, the
+    installed one's (a flag naming another is refused). A build from an ONNX made for a profile whose graph
+    this TensorRT's parser cannot read is refused with the export that fixes it."""
+    named = named_profile(req.jetpack, req.tensorrt)
+    if runtime != "tensorrt":
+        if named is not None:
+            raise ValueError(f"--jetpack/--tensorrt name a TensorRT device; the {runtime} artifact takes none "
+                             "(drop the flag, or --target tensorrt)")
+        return None
+    device = choose(named, trt_version)
+    if source.onnx is not None:
+        made_for = profile_named(source.record.profile)
+        if named is None and trt_version is None:  # no TensorRT here to decide: the ONNX's own profile
+            device = made_for
+        if not parses(made_for, device):
+            raise ValueError(f"{source.onnx.name} was exported for {made_for.name} (opset {made_for.opset}, LayerNorm "
+                             f"{made_for.layernorm}), which {device.name}'s TensorRT {device.tensorrt} cannot parse; "
+                             f"export it for this device: mlit-edge export --checkpoint CKPT --jetpack "
+                             f"{device.jetpack or '...'} (or build from the checkpoint here)")
+        if made_for.name != device.name:
+            notes.append(f"note: {source.onnx.name} was exported for {made_for.name}; {device.name}'s TensorRT "
+                         f"{device.tensorrt} reads it (an older profile's graph is valid for a newer parser)")
+    return device

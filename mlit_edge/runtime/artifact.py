@@ -30,6 +30,7 @@ class RunnerOptions:
     cuda_graph: bool = False
     device: str = "cpu"  # torch
     require_sidecar: bool = True  # False: an ONNX without one opens with an empty record (bench)
+    force_device: bool = False  # run a plan built on another Jetson module of the same GPU (said as a warning)
 
 
 def torch_available() -> bool:
@@ -101,7 +102,7 @@ def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
     from .trt_env import verify_plan
     from .trt_runner import TensorRTRunner
 
-    record = verify_plan(path, content=content)
+    record = verify_plan(path, content=content, force=options.force_device)
     check_record(record, path)
     return TensorRTRunner(path, cuda_graph=options.cuda_graph, verified=(content, record)), record
 

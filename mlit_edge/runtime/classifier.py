@@ -44,13 +44,14 @@ class Classifier:
 
     @classmethod
     def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True,
-             ort_arena: bool = True, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> "Classifier":
+             ort_arena: bool = True, max_pixels: int | None = DEFAULT_MAX_PIXELS, force: bool = False) -> "Classifier":
         """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar: its sha256, its
         fields, and that they agree with the model's own input and output shapes.
 
         `ort_arena=False` turns ONNX Runtime's CPU memory arena off: large batches then give their memory
         back after each call, at some latency cost (docs/bench.md). `max_pixels` (None: no limit)
-        refuses larger images, per file, before they are decoded.
+        refuses larger images, per file, before they are decoded. `force` runs a plan built on another Jetson
+        module of the same GPU (AGX Orin against Orin Nano), with a warning.
         """
         path = Path(path)
         if not path.is_file():
@@ -59,7 +60,8 @@ class Classifier:
             raise ValueError(f"{path}: the runtime runs .plan and .onnx artifacts; build one with mlit-edge build")
         # the device loop keeps memory down: ONNX Runtime's memory pattern costs ~95 MB and no speed here
         runner, record = open_artifact(path, RunnerOptions(threads=threads, ort_arena=ort_arena,
-                                                           ort_mem_pattern=False, cuda_graph=cuda_graph))
+                                                           ort_mem_pattern=False, cuda_graph=cuda_graph,
+                                                           force_device=force))
         classifier_fields(record, path)
         runner.open()
         try:

@@ -69,6 +69,11 @@ class ArtifactRecord(Mapping):
     max_batch: int | None = None  # engine.flags.profile.max of a dynamic-batch plan
     engine_io: Mapping[str, Any] | None = None  # engine.io: the plan's inputs and outputs
     calibration_sha256: str | None = None  # the INT8 calibration manifest's
+    profile: str | None = None  # the device profile's name (runtime.profiles); None: made before profiles
+    fp32_layers: tuple[str, ...] = ()  # the ONNX nodes that compute in fp32 in a reduced-precision graph
+    builder_module: str | None = None  # a plan's engine.builder: the TensorRT module and version that built it
+    builder_version: str | None = None
+    device: Mapping[str, Any] = field(default_factory=dict)  # a plan's engine.device (runtime.trt_env.DeviceEnv)
 
     @classmethod
     def of(cls, record: "Mapping[str, Any] | ArtifactRecord") -> "ArtifactRecord":
@@ -78,6 +83,7 @@ class ArtifactRecord(Mapping):
         model, pre, att = _obj(record.get("model")), record.get("preprocess"), _obj(record.get("attention"))
         ort, engine = _obj(record.get("onnxruntime")), _obj(record.get("engine"))
         profile = _obj(_obj(engine.get("flags")).get("profile"))
+        builder = _obj(engine.get("builder"))
         preprocess = None
         if isinstance(pre, Mapping) and "size" in pre:
             preprocess = Preprocess(pre["size"], tuple(pre.get("mean") or ()), tuple(pre.get("std") or ()),
@@ -91,7 +97,9 @@ class ArtifactRecord(Mapping):
                    _obj(ort.get("session")), ort.get("requires"), _obj(record.get("parity")).get("max_abs_err"),
                    _obj(record.get("accuracy")).get("top1"), profile.get("max"),
                    engine.get("io") if isinstance(engine.get("io"), Mapping) else None,
-                   _obj(record.get("calibration")).get("manifest_sha256"))
+                   _obj(record.get("calibration")).get("manifest_sha256"), _obj(record.get("profile")).get("name"),
+                   tuple(record.get("fp32_layers") or ()), builder.get("module"), builder.get("version"),
+                   _obj(engine.get("device")))
 
     @property
     def dataset(self) -> str | None:
@@ -186,6 +194,10 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         top = profile.get("max")
         if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_STATIC_BATCH):
             raise bad("engine.flags.profile.max", top, f"an integer from 1 to {MAX_STATIC_BATCH}")
+    if "profile" in record:
+        prof = record["profile"]
+        if not isinstance(prof, dict) or not isinstance(prof.get("name"), str):
+            raise bad("profile", prof, "an object with the device profile's name")
     if "precision" in record and record["precision"] not in PRECISIONS:
         raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
     if "runtime" in record and record["runtime"] not in RUNTIMES:

@@ -28,10 +28,11 @@ RETRY_S = 10.0  # [ours] a file that does not decode is retried until unchanged 
 
 
 def predict_files(model: str | Path, paths: Iterable[str | Path], top_k: int = 1,
-                  max_pixels: int | None = DEFAULT_MAX_PIXELS) -> list[dict]:
-    """One JSON-able result per file; a file that cannot be read gets an "error" and the rest go on."""
+                  max_pixels: int | None = DEFAULT_MAX_PIXELS, force: bool = False) -> list[dict]:
+    """One JSON-able result per file; a file that cannot be read gets an "error" and the rest go on.
+    `force`: run a plan built on another Jetson module (`Classifier.load`)."""
     out = []
-    with Classifier.load(model, max_pixels=max_pixels) as clf:
+    with Classifier.load(model, max_pixels=max_pixels, force=force) as clf:
         for p in paths:
             try:
                 pred = clf.predict([p], top_k)[0]

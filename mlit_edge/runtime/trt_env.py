@@ -8,6 +8,7 @@ how to rebuild.
 """
 from __future__ import annotations
 
+import logging
 import platform
 import re
 import shutil
@@ -17,7 +18,10 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from .schema import ArtifactRecord
 from .sidecar import read_sidecar
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
     import tensorrt as trt
@@ -70,6 +74,7 @@ class DeviceEnv:
     l4t: str | None = None  # Jetson Linux release, e.g. "R36.4.3"
     jetpack: str | None = None
     platform: str = ""
+    module: str | None = None  # the Jetson module (/proc/device-tree/model): AGX Orin, Orin NX and Orin Nano are all sm_87
 
 
 def _cuda_props() -> tuple[str | None, str | None, str | None]:
@@ -116,6 +121,15 @@ def _jetson() -> tuple[str | None, str | None]:
     return l4t, jetpack
 
 
+def jetson_module(path: str = "/proc/device-tree/model") -> str | None:
+    """The board's model string on a Jetson ("NVIDIA Jetson AGX Orin Developer Kit"); None elsewhere."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", errors="replace").replace("\0", "").strip()
+    except OSError:
+        return None
+    return text[:200] or None
+
+
 def local_env(target: str | None = None) -> DeviceEnv:
     """This machine, as an engine sees it. `target` picks the TensorRT flavour to report."""
     trt = None
@@ -127,7 +141,7 @@ def local_env(target: str | None = None) -> DeviceEnv:
     name, cap, cuda = _cuda_props()
     l4t, jetpack = _jetson()
     return DeviceEnv(trt.__name__ if trt else None, trt.__version__ if trt else None, name, cap, cuda, l4t, jetpack,
-                     f"{platform.system()} {platform.machine()}")
+                     f"{platform.system()} {platform.machine()}", jetson_module() if l4t else None)
 
 
 def rebuild_hint(record: dict) -> str:
@@ -136,26 +150,34 @@ def rebuild_hint(record: dict) -> str:
            f"{record.get('target', 'tensorrt')}"
 
 
-def check_compatible(record: dict, env: DeviceEnv) -> None:
-    """Raise EngineError (one line, with the rebuild command) unless `env` can run the plan of `record`."""
-    eng = record.get("engine") or {}
-    built = eng.get("builder") or {}
-    dev = eng.get("device") or {}
-    if built.get("module") != env.trt_module or built.get("version") != env.trt_version:
+def check_compatible(record: dict, env: DeviceEnv, force: bool = False) -> None:
+    """Raise EngineError (one line, with the rebuild command) unless `env` can run the plan of `record`.
+    `force`: run a plan built on another Jetson module of the same GPU (the user knows better; said)."""
+    rec = ArtifactRecord.of(record)
+    if rec.builder_module != env.trt_module or rec.builder_version != env.trt_version:
         have = f"{env.trt_module} {env.trt_version}" if env.trt_module else "no TensorRT"
-        raise EngineError(f"{record.get('artifact')} was built with {built.get('module')} {built.get('version')}; this "
+        raise EngineError(f"{record.get('artifact')} was built with {rec.builder_module} {rec.builder_version}; this "
                           f"machine has {have}; {rebuild_hint(record)}")
     if env.compute_capability is None:
         raise EngineError(f"{record.get('artifact')}: no CUDA GPU on this machine, and a TensorRT engine needs one to "
                           "deserialize (use the .onnx with ONNX Runtime here)")
-    want = dev.get("compute_capability")
+    want = rec.device.get("compute_capability")
     if want is not None and want != env.compute_capability:
-        raise EngineError(f"{record.get('artifact')} was built for {dev.get('gpu_name')} (sm_{want.replace('.', '')}); "
-                          f"this GPU is {env.gpu_name} (sm_{env.compute_capability.replace('.', '')}); "
-                          f"{rebuild_hint(record)}")
+        raise EngineError(f"{record.get('artifact')} was built for {rec.device.get('gpu_name')} "
+                          f"(sm_{want.replace('.', '')}); this GPU is {env.gpu_name} "
+                          f"(sm_{env.compute_capability.replace('.', '')}); {rebuild_hint(record)}")
+    # AGX Orin, Orin NX and Orin Nano share sm_87: the compute capability does not tell them apart, and a plan's
+    # tactics are timed on one module's clocks and memory
+    built_on = rec.device.get("module")
+    if built_on and env.module and built_on != env.module:
+        if not force:
+            raise EngineError(f"{record.get('artifact')} was built on a {built_on}; this is a {env.module}; "
+                              f"{rebuild_hint(record)} (or pass --force to run it anyway)")
+        logger.warning(f"warning: --force: running {record.get('artifact')}, built on a {built_on}, on this {env.module}")
 
 
-def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes | None = None) -> dict:
+def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes | None = None,
+                force: bool = False) -> dict:
     """The plan's sidecar record once the plan is proven intact and runnable here (nothing is
     deserialized). `content`: the plan's bytes as they will be deserialized, hashed instead of the
     file. Every refusal is an EngineError or FileNotFoundError with one line."""
@@ -169,7 +191,7 @@ def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes |
     if record.get("kind") != "tensorrt-engine":
         raise EngineError(f"{plan}: its sidecar describes a {record.get('kind', 'non-engine')} artifact, not a "
                           "TensorRT engine")
-    check_compatible(record, env or local_env(record.get("target", "tensorrt")))
+    check_compatible(record, env or local_env(record.get("target", "tensorrt")), force)
     return record
 
 

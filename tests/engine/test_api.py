@@ -57,6 +57,63 @@ def test_the_type_check_catches_a_call_that_tensorrt_does_not_have(tmp_path):
         assert words in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["8.5", "8.6", "10.3"])
+def test_tensorrt_facing_modules_type_check_against_each_jetpacks_api(version):
+    """Every TensorRT name the modules use exists in that release's own bindings (NVIDIA/TensorRT
+    release/VERSION python/src, engine/data/trt_python_api.json), or is guarded: the 10.13 stubs less what the
+    release lacks (tools/typecheck_trt.py --tensorrt)."""
+    _stubs()
+    proc = _typecheck("--tensorrt", version)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"TensorRT {version}: the 10.13 stubs less" in proc.stdout and "release/" + version in proc.stdout
+    assert "Success: no issues found in 5 source files" in proc.stdout
+
+
+@pytest.mark.slow
+def test_an_unguarded_tensorrt_10_name_fails_the_8_5_check(tmp_path):
+    """The per-release check bites: STRONGLY_TYPED (absent from release/8.5 and release/8.6) and
+    LayerType.NORMALIZATION (absent from release/8.5) used without a guard fail against 8.5 and pass against
+    10.3; the same names behind `hasattr` pass against 8.5."""
+    _stubs()
+    bad = tmp_path / "unguarded.py"
+    bad.write_text(textwrap.dedent("""
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            import tensorrt as trt
+
+        def flags(module) -> int:
+            if not TYPE_CHECKING:
+                trt = module
+            return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+
+        def kinds(module) -> set:
+            if not TYPE_CHECKING:
+                trt = module
+            return {trt.LayerType.NORMALIZATION}
+    """))
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(textwrap.dedent("""
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            import tensorrt as trt
+
+        def flags(module) -> int:
+            if not TYPE_CHECKING:
+                trt = module
+            kinds = trt.NetworkDefinitionCreationFlag
+            if hasattr(kinds, "STRONGLY_TYPED"):
+                return 1 << int(kinds.STRONGLY_TYPED)
+            return 1 << int(kinds.EXPLICIT_BATCH)
+    """))
+    old = _typecheck("--tensorrt", "8.5", "--files", str(bad), str(guarded))
+    assert old.returncode == 1, old.stdout
+    assert 'has no attribute "STRONGLY_TYPED"' in old.stdout and 'has no attribute "NORMALIZATION"' in old.stdout
+    assert "/guarded.py" not in old.stdout and "Found 2 errors in 1 file" in old.stdout, old.stdout
+    new = _typecheck("--tensorrt", "10.3", "--files", str(bad))
+    assert new.returncode == 0, new.stdout
+
+
 def _cudart_names() -> set[str]:
     """Every `cudart.X` (and `cudart.Enum.member`) that the runner and the environment probe use."""
     names = set()
