@@ -9,7 +9,12 @@ In one run, each step on the real device, one table at the end:
   4. the eval model (the deploy form) replayed as a CUDA graph at batch 1 and 64: latency against eager,
      and the largest logit difference between the two;
   5. the TensorRT runner's CUDA pieces through cuda-python, with the runner's own helpers: pinned host
-     buffers, a stream, events and a captured graph of a host-to-device-to-host copy, checked byte for byte.
+     buffers, a stream, events and a captured graph of a host-to-device-to-host copy, checked byte for byte;
+  6. where TensorRT imports, the device profile it implies (runtime.profiles.installed_profile: JetPack 5.1's
+     TensorRT 8.5 builds weakly typed from an opset-17 graph, 10.x strongly typed) and, for each precision,
+     a real `mlit-edge build --target tensorrt` of the shipped model, its p50 latency at batch 1 and 64
+     through the runtime's runner and its top-1 on the embedded test digits: one markdown row per precision,
+     printed after the table, to paste into docs/measurements.md. Without TensorRT the step is skipped.
 Without a CUDA GPU it says so in one line and exits 1; a step that fails is a FAIL row, and the exit
 status is 1 when any row failed.
 """
@@ -201,6 +206,47 @@ def check_runner_cuda(iters: int) -> tuple[bool, str]:
         cudart.cudaStreamDestroy(stream)
 
 
+def check_profile_engines(iters: int) -> tuple[bool, str, list[str]]:
+    """Step 6: build and run every precision for the profile this TensorRT implies; markdown rows."""
+    import tempfile
+
+    import numpy as np
+
+    from mlit_edge.bench.stats import time_runner
+    from mlit_edge.engine.build import BuildRequest, run_build
+    from mlit_edge.runtime import Classifier
+    from mlit_edge.runtime.profiles import installed_profile
+    from mlit_edge.runtime.runners import predict_all
+    from mlit_edge.runtime.trt_env import import_trt, local_env
+    from mlit_edge.train.data import load_dataset
+
+    try:
+        trt = import_trt("tensorrt")
+    except RuntimeError as e:
+        return True, f"skipped: {e}", []
+    profile, env = installed_profile(trt.__version__), local_env("tensorrt")
+    test = load_dataset("mnist5k", "test")
+    images, labels = test.inputs(), test.labels.numpy()
+    rows = ["| device | profile | precision | typing | build s | p50 ms b1 | p50 ms b64 | top-1 |", "|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as out:
+        for precision in ("fp32", "fp16", "int8"):
+            result = run_build(BuildRequest(size="xxs", precision=precision, target="tensorrt", out=out,
+                                            calib_cache=None))
+            flags = result.record["engine"]["flags"]
+            with Classifier.load(result.artifact) as clf:
+                p50 = {}
+                for b in (1, 64):
+                    x = images[:b]
+                    p50[b] = time_runner(lambda: clf.runner.infer({clf.runner.input_name: x}), b,
+                                         iterations=iters)["median"]
+                logits, _ = predict_all(clf.runner, images, 64)
+            top1 = float((logits.argmax(-1) == labels).mean())
+            rows.append(f"| {env.module or env.gpu_name} | {profile.name} | {precision} | "
+                        f"{'strong' if flags['strongly_typed'] else 'weak'} | {result.record['engine']['build_s']} | "
+                        f"{p50[1]:.3f} | {p50[64]:.3f} | {top1:.4f} |")
+    return True, f"{profile.describe()}: 3 engines built and run", rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawTextHelpFormatter)
@@ -218,12 +264,14 @@ def main() -> int:
               ("bf16 autocast", lambda: check_bf16(args.size, args.iters, torch)),
               ("NCCL DDP, one process", lambda: check_ddp(args.size, args.iters, torch)),
               ("CUDA graph, eval model", lambda: check_cuda_graph(args.size, args.iters, torch)),
-              ("runner's cuda-python pieces", lambda: check_runner_cuda(args.iters))]
-    rows = []
+              ("runner's cuda-python pieces", lambda: check_runner_cuda(args.iters)),
+              ("TensorRT engines, this profile", lambda: check_profile_engines(args.iters))]
+    rows, markdown = [], []
     for name, check in checks:
         start = time.perf_counter()
         try:
-            ok, figure = check()
+            ok, figure, *more = check()
+            markdown += more[0] if more else []
         except Exception as e:  # one failing path must not hide the others: it is a FAIL row
             ok, figure = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             traceback.print_exc(file=sys.stderr)
@@ -232,6 +280,8 @@ def main() -> int:
     print(f"{'check':<{widths[0]}}  {'result':<{widths[1]}}  {'s':>{widths[2]}}  measured")
     for name, result, seconds, figure in rows:
         print(f"{name:<{widths[0]}}  {result:<{widths[1]}}  {seconds:>{widths[2]}}  {figure}")
+    if markdown:
+        print("\nfor docs/measurements.md:\n" + "\n".join(markdown))
     return 0 if all(r[1] == "ok" for r in rows) else 1
 
 

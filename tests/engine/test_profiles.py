@@ -1,0 +1,178 @@
+"""Device profiles (runtime/profiles.py): chosen once, refused when they contradict the installed TensorRT,
+the weakly typed TensorRT 8.x build really setting EXPLICIT_BATCH, its builder flags and the fp32 pins,
+and a plan refused on another Jetson module of the same GPU."""
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from mlit_edge.runtime.profiles import (DEFAULT, PROFILES, choose, installed_profile, named_profile, parses,
+                                        profile_named)
+
+
+def test_flags_name_profiles_and_aliases_agree():
+    assert named_profile("5.1") is named_profile(tensorrt="8.5") is PROFILES["jetpack-5.1"]
+    assert named_profile("6.2").tensorrt == named_profile(tensorrt="10.3").tensorrt == "10.3"
+    assert named_profile() is None
+    with pytest.raises(ValueError, match="name different TensorRTs"):
+        named_profile("5.1", "10.3")
+    with pytest.raises(ValueError, match="--jetpack '4.6'"):
+        named_profile("4.6")
+
+
+def test_the_installed_tensorrt_decides_and_a_contradicting_flag_is_refused():
+    assert choose(None, "8.5.2.2").name == "jetpack-5.1"
+    assert choose(None, "8.6.2.3").name == "jetpack-6.0"
+    assert choose(None, "10.3.0.30").name == "jetpack-6.2"
+    assert choose(named_profile("6.1"), "10.3.0.30").name == "jetpack-6.1"  # the same TensorRT
+    assert choose(None, "10.16.1").name == DEFAULT
+    assert choose(named_profile("5.1"), None).name == "jetpack-5.1"  # no TensorRT here: the flag decides
+    with pytest.raises(ValueError, match=r"--jetpack 5.1 is TensorRT 8.5, but this machine's TensorRT is 10.3"):
+        choose(named_profile("5.1"), "10.3.0.30")
+    with pytest.raises(ValueError, match="8.5, 8.6 and 10.x"):
+        installed_profile("8.4.1")
+
+
+def test_an_older_profiles_graph_is_read_by_a_newer_parser_and_not_the_reverse():
+    old, mid, new = PROFILES["jetpack-5.1"], PROFILES["jetpack-6.0"], PROFILES["jetpack-6.2"]
+    assert parses(old, new) and parses(old, mid) and parses(mid, new)
+    assert not parses(new, old) and not parses(new, mid) and not parses(mid, old)  # 6.0 keeps the LayerNorm op
+    assert profile_named(None).name == DEFAULT
+    with pytest.raises(ValueError, match="does not know"):
+        profile_named("jetpack-99")
+
+
+class _Enum:
+    def __init__(self, *names):
+        for i, n in enumerate(names):
+            setattr(self, n, i)
+
+
+class _FakeTRT:
+    """Just enough of TensorRT 8.5's Python API (release/8.5's bindings: EXPLICIT_BATCH, no STRONGLY_TYPED, no
+    LayerType.NORMALIZATION) to run the builder's weakly typed path and record what it set."""
+
+    __name__ = "tensorrt"
+    __version__ = "8.5.2.2"
+
+    def __init__(self):
+        self.NetworkDefinitionCreationFlag = _Enum("EXPLICIT_BATCH", "EXPLICIT_PRECISION")
+        self.BuilderFlag = _Enum("FP16", "INT8", "OBEY_PRECISION_CONSTRAINTS", "GPU_FALLBACK")
+        self.MemoryPoolType = _Enum("WORKSPACE")
+        self.DataType = _Enum("FLOAT", "HALF", "INT8", "INT32", "BOOL")
+        self.LayerType = _Enum("CONVOLUTION", "SOFTMAX", "ELEMENTWISE", "REDUCE", "TOPK")
+        self.set_flags, self.created_with = [], None
+        fake = self
+        layers = [self._layer(*spec) for spec in (("LayerNorm_0/decomposed/ReduceMean", "REDUCE", "FLOAT"),
+                                                  ("LayerNorm_0/decomposed/ReduceMean_7", "REDUCE", "FLOAT"),
+                                                  ("node_Gemm_3", "ELEMENTWISE", "FLOAT"),
+                                                  ("node_Softmax_5", "SOFTMAX", "FLOAT"),
+                                                  ("router_TopK", "TOPK", "INT32"),
+                                                  ("node_Gemm_31", "ELEMENTWISE", "FLOAT"))]
+        self.layers = layers
+
+        class Network:
+            num_layers = len(layers)
+            num_inputs = num_outputs = 1
+
+            def get_layer(self, i):
+                return layers[i]
+
+            def get_input(self, i):
+                return SimpleNamespace(name="images", shape=(-1, 3, 36, 36), dtype="DataType.FLOAT")
+
+            get_output = get_input
+
+        class Config:
+            def set_memory_pool_limit(self, pool, size): pass
+
+            def set_flag(self, flag): fake.set_flags.append(flag)
+
+            def add_optimization_profile(self, p): pass
+
+        class Builder:
+            def __init__(self, logger): pass
+
+            def create_network(self, flags):
+                fake.created_with = flags
+                return Network()
+
+            def create_builder_config(self):
+                return Config()
+
+            def create_optimization_profile(self):
+                return SimpleNamespace(set_shape=lambda *a: None)
+
+            def build_serialized_network(self, network, config):
+                return b"plan"
+
+        class Parser:
+            num_errors = 0
+
+            def __init__(self, network, logger): pass
+
+            def parse_from_file(self, path): return True
+
+        self.Builder, self.OnnxParser = Builder, Parser
+        self.Logger = type("Logger", (), {"ERROR": 1, "__init__": lambda self, s: None})
+        self.Dims = list
+
+    def _layer(self, name, kind, dtype):
+        out = SimpleNamespace(dtype=getattr(self.DataType, dtype))
+        layer = SimpleNamespace(name=name, type=getattr(self.LayerType, kind), num_outputs=1, precision=None,
+                                outputs={}, get_output=lambda j: out)
+        layer.set_output_type = lambda j, t, layer=layer: layer.outputs.__setitem__(j, t)
+        return layer
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_a_tensorrt_8_build_is_weakly_typed_with_explicit_batch_its_flags_and_fp32_pins(precision, tmp_path):
+    from mlit_edge.engine.plan import BuildOptions, build_serialized
+
+    trt = _FakeTRT()
+    fp32 = ("LayerNorm_0/decomposed/ReduceMean", "node_Gemm_3", "router_TopK")
+    result = build_serialized(tmp_path / "m.onnx", trt, BuildOptions(strongly_typed=False, precision=precision,
+                                                                     fp32_layers=fp32))
+    assert result["ok"] and trt.created_with == 1 << trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH
+    want = {trt.BuilderFlag.FP16, trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS} | (
+        {trt.BuilderFlag.INT8} if precision == "int8" else set())
+    assert set(trt.set_flags) == want
+    flags = result["flags"]
+    assert flags["strongly_typed"] is False and flags["explicit_batch"] and flags["int8"] == (precision == "int8")
+    pinned = {layer.name for layer in trt.layers if layer.precision == trt.DataType.FLOAT}
+    # a node's second layer (NODE_7) is pinned with it; node_Gemm_31 is another node; softmax by its type
+    assert pinned == {"LayerNorm_0/decomposed/ReduceMean", "LayerNorm_0/decomposed/ReduceMean_7", "node_Gemm_3",
+                      "node_Softmax_5", "router_TopK"} and flags["fp32_layers"] == 5
+    topk = next(layer for layer in trt.layers if layer.name == "router_TopK")
+    assert topk.outputs == {}  # its indices stay integers
+
+
+def test_a_strongly_typed_build_on_tensorrt_8_is_refused_in_one_line(tmp_path):
+    from mlit_edge.engine.plan import BuildOptions, build_serialized
+
+    with pytest.raises(RuntimeError, match="no strongly typed networks") as refused:
+        build_serialized(tmp_path / "m.onnx", _FakeTRT(), BuildOptions(strongly_typed=True))
+    assert "\n" not in str(refused.value)
+
+
+def _plan_record(module: str | None) -> dict:
+    return {"artifact": "m.plan", "source_onnx": "m-fp16.onnx", "precision": "fp16", "target": "tensorrt",
+            "engine": {"builder": {"module": "tensorrt", "version": "10.3.0.30"},
+                       "device": {"gpu_name": "Orin", "compute_capability": "8.7", "module": module}}}
+
+
+def test_a_plan_built_on_another_jetson_module_is_refused_unless_forced(caplog):
+    from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible
+
+    nano = DeviceEnv("tensorrt", "10.3.0.30", "Orin", "8.7", module="NVIDIA Jetson Orin Nano Developer Kit")
+    agx = "NVIDIA Jetson AGX Orin Developer Kit"
+    with pytest.raises(EngineError) as refused:
+        check_compatible(_plan_record(agx), nano)
+    line = str(refused.value)
+    assert "built on a NVIDIA Jetson AGX Orin" in line and "Orin Nano" in line and "mlit-edge build --onnx" in line
+    assert "--force" in line and "\n" not in line
+    with caplog.at_level(logging.WARNING, logger="mlit_edge"):
+        check_compatible(_plan_record(agx), nano, force=True)
+    assert "--force" in caplog.text
+    check_compatible(_plan_record(nano.module), nano)  # the same module
+    check_compatible(_plan_record(None), nano)  # a plan from before modules were recorded: the GPU decides
