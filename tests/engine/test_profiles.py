@@ -176,3 +176,21 @@ def test_a_plan_built_on_another_jetson_module_is_refused_unless_forced(caplog):
     assert "--force" in caplog.text
     check_compatible(_plan_record(nano.module), nano)  # the same module
     check_compatible(_plan_record(None), nano)  # a plan from before modules were recorded: the GPU decides
+
+
+def test_a_build_refuses_an_onnx_that_its_profiles_parser_cannot_read(tiny_onnx, tmp_path):
+    """A TensorRT 10 graph (opset 18, LayerNormalization) built for JetPack 5.1's TensorRT 8.5: one line that
+    names both profiles and the export that fixes it, before any work."""
+    pytest.importorskip("tensorrt_rtx")
+    from mlit_edge.engine.build import BuildRequest, run_build
+
+    with pytest.raises(ValueError) as refused:
+        run_build(BuildRequest(onnx=str(tiny_onnx), precision="fp32", target="tensorrt-rtx", jetpack="5.1",
+                               out=str(tmp_path / "out")))
+    line = str(refused.value)
+    assert "exported for tensorrt-10" in line and "jetpack-5.1" in line and "mlit-edge export" in line
+    assert "--jetpack 5.1" in line and "\n" not in line
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="the onnxruntime artifact takes none"):
+        run_build(BuildRequest(onnx=str(tiny_onnx), precision="fp32", target="onnxruntime", jetpack="6.2",
+                               out=str(tmp_path / "ort")))
