@@ -8,8 +8,9 @@ are imported with torch and the ONNX tooling blocked, and whatever `mlit_edge` m
 checked, with the whole runtime, the CLI modules the device runs and engine/trt_sources.py. A module
 added to the device path is checked without editing this file.
 
-Two static checks always run, because the suite cannot count on a Python 3.8 interpreter (CI and most
-workstations have none, and none is on PATH where this was written):
+Two static checks always run, because the suite cannot count on a Python 3.8 interpreter: CI and most
+workstations have none, and where this was written `python3.8` on PATH was a pyenv shim that does not run
+(pyenv's own 3.8.18 was there, without numpy). So these are the evidence that always runs:
   1. vermin (the dev extra) with --target=3.8-: stdlib names, keyword arguments, syntax and, where a
      module's annotations are evaluated, builtin generics and `X | Y` unions in them;
   2. `newer_than_38` below: what vermin cannot see without knowing types: `name.removesuffix(...)` on a
