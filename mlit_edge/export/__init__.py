@@ -3,6 +3,8 @@ parity check, the fp16 and INT8 variants, INT8 calibration, and the TensorRT gra
 
 This file holds the stage's constants and imports nothing heavy, so the CLI can read them.
 """
+from __future__ import annotations
+
 from dataclasses import dataclass
 
 from ..runtime.schema import PRECISIONS  # the runtime checks sidecars against the same list

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runtime.compat import removesuffix
 from . import GROUPED, ORT_ATTENTION, PRECISIONS
 
 RUNTIMES = ("tensorrt", "onnxruntime")  # what a build's artifact runs on
@@ -57,9 +58,9 @@ def fp32_base(f: Flavour) -> Flavour:
 
 def artifact_stem(path: str | Path) -> str:
     """The model's name without format and precision: mlit-xxs-fp16.onnx -> mlit-xxs."""
-    name = Path(path).name.removesuffix(".onnx")
+    name = removesuffix(Path(path).name, ".onnx")
     for tag in sorted({f.tag for f in FLAVOURS.values()} | set(PRECISIONS), key=len, reverse=True):
-        name = name.removesuffix(f"-{tag}")
+        name = removesuffix(name, f"-{tag}")
     return name
 
 

@@ -9,8 +9,9 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, Tuple
 
+from ..runtime.compat import removesuffix
 from .budget import check_ceiling, implied_macs, implied_params
 
 SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert
@@ -76,7 +77,7 @@ def claimed_size(claimed: object, cfg: MLiTConfig) -> str:
     """The size name the files of a checkpoint that claims `claimed` may carry: a registered size (or
     SIZE-custom when `cfg` differs from it), else "custom". The checkpoint's own field goes into no file
     or folder name or message as it is: it may hold a path (`a/../../x`) or terminal escape codes."""
-    key = claimed.lower().removesuffix("-custom") if isinstance(claimed, str) else None
+    key = removesuffix(claimed.lower(), "-custom") if isinstance(claimed, str) else None
     return size_label(key, cfg) if key in SIZES else "custom"
 
 
@@ -94,9 +95,9 @@ class MLiTConfig:
     groups: int = 3  # [paper] GQA: G key/value heads shared by H/G query heads each
     hidden_first: int = 81  # [paper] Eq. 2: hidden size falls linearly from first to last layer
     hidden_last: int = 27
-    expert_stages: tuple[int, ...] = (3, 4, 5)  # [paper] 3 -> 5 experts in equal stages
+    expert_stages: Tuple[int, ...] = (3, 4, 5)  # [paper] 3 -> 5 experts in equal stages
     top_k: int = 2  # [recon] the paper's worked example uses k=2 and never states another
-    shared: tuple[str, ...] = ("v", "w2")  # [paper] V, W2 and their biases are shared per layer
+    shared: Tuple[str, ...] = ("v", "w2")  # [paper] V, W2 and their biases are shared per layer
     noisy_gating: bool = True  # [paper] Shazeer et al. noisy top-k gating, noise in training only
     noise_eps: float = 1e-2  # [recon] floor on softplus(x Wnoise), as in Shazeer's reference code
     gate_init: str = "default"  # [paper] PyTorch's default init of Wg, Wnoise; "zero" as Shazeer [ablation]
@@ -214,7 +215,7 @@ def size_label(name: str, cfg: MLiTConfig) -> str:
     """The name a run's checkpoint and artifacts carry: the registered size, or `<size>-custom` when
     `cfg` differs from it in more than the head and how it was trained (e.g. `--set top_k=1`), so the
     files do not pass for it."""
-    key = name.lower().removesuffix("-custom")
+    key = removesuffix(name.lower(), "-custom")
     base = SIZES.get(key)
     if base is None:
         return name
@@ -290,7 +291,8 @@ def parse_overrides(items: Sequence[str], cls=MLiTConfig) -> dict:
             else:
                 value = kind(raw)
         except (KeyError, ValueError):
-            kind_name = "boolean (true/false)" if kind is bool else getattr(kind, "__name__", str(kind))
+            named = typing.get_origin(kind) or kind  # `tuple` for Tuple[int, ...] too
+            kind_name = "boolean (true/false)" if kind is bool else getattr(named, "__name__", str(kind))
             raise ValueError(f"--set {item!r}: {raw!r} is not a valid {kind_name}") from None
         out[key] = value
     return out

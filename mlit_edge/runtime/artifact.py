@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Tuple
 
 from .runners import Runner
 
@@ -107,7 +107,7 @@ def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
     return TensorRTRunner(path, cuda_graph=options.cuda_graph, verified=(content, record)), record
 
 
-Opener = Callable[[Path, bytes, RunnerOptions], tuple[Runner, dict]]
+Opener = Callable[[Path, bytes, RunnerOptions], Tuple[Runner, dict]]  # evaluated: typing's Tuple for 3.8
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .classifier import Classifier
+from .compat import is_relative_to
 from .images import DEFAULT_MAX_PIXELS, InputError
 from .inbox import FOLDERS, ResultsLog, claim, free_name, lock, make_folders, recover_claims, say, settle
 from .messages import typed_line
@@ -88,7 +89,7 @@ def watch(model: str | Path, inbox: str | Path, results: str | Path, interval_s:
     says how). Returns the number handled (runs until killed unless `max_files` is given)."""
     inbox, results = Path(inbox), Path(results)
     inbox.mkdir(parents=True, exist_ok=True)
-    if results.resolve().parent.is_relative_to(inbox.resolve()):
+    if is_relative_to(results.resolve().parent, inbox.resolve()):
         raise ValueError(f"--results {results} is inside the inbox {inbox}: it would be taken for an image; "
                          "put it beside the inbox")
     with lock(inbox), Classifier.load(model, max_pixels=max_pixels) as clf:

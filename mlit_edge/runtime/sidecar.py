@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import __version__
+from .compat import removesuffix
 
 FORMAT = "mlit-edge-artifact"
 AUTO_FIELDS = ("format", "mlit_edge_version", "artifact", "sha256", "bytes")
@@ -161,7 +162,7 @@ def recover_publishes(folder: str | Path) -> list[str]:
     its artifact is renamed into place, one that does not is removed. Returns what was done."""
     done = []
     for pending in Path(folder).glob(".*.json.pending"):
-        artifact = pending.with_name(pending.name[1:].removesuffix(".json.pending"))
+        artifact = pending.with_name(removesuffix(pending.name[1:], ".json.pending"))
         try:
             matches = artifact.is_file() and _load_json(pending).get("sha256") == sha256_file(artifact)
         except (OSError, ValueError):
