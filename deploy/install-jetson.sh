@@ -77,7 +77,7 @@ case "$major.$revision" in
     ;;
   38.2.* | 38.4.*)
     trt=10.13 cuda=13.0 python=3.12 cuda_python="cuda-python>=13.0,<13.1"
-    case "$revision" in 2.*) jetpack=7.0 profile=jetpack-7.0 ;; *) jetpack=7.1 profile=jetpack-7.1 ;; esac
+    case "$revision" in 2.*) jetpack=7.0 profile=jetpack-7 ;; *) jetpack=7.1 profile=jetpack-7 ;; esac
     ;;
   *) die "L4T $l4t is not a supported release: JetPack 5.1 (R35.2-R35.6), 6.0 (R36.3), 6.1/6.2 (R36.4) or 7 (R38.2, R38.4)" ;;
 esac

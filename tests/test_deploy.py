@@ -119,9 +119,9 @@ def nv_release(major: int, revision: str) -> str:
      "cuda-python>=12.6,<12.7"),
     (36, "4.3", "36.4", "JetPack 6.2 (L4T R36.4.3): TensorRT 10.3, CUDA 12.6, profile jetpack-6.2",
      "cuda-python>=12.6,<12.7"),
-    (38, "2.0", "38", "JetPack 7.0 (L4T R38.2.0): TensorRT 10.13, CUDA 13.0, profile jetpack-7.0",
+    (38, "2.0", "38", "JetPack 7.0 (L4T R38.2.0): TensorRT 10.13, CUDA 13.0, profile jetpack-7",
      "cuda-python>=13.0,<13.1"),
-    (38, "4.0", "38", "JetPack 7.1 (L4T R38.4.0): TensorRT 10.13, CUDA 13.0, profile jetpack-7.1",
+    (38, "4.0", "38", "JetPack 7.1 (L4T R38.4.0): TensorRT 10.13, CUDA 13.0, profile jetpack-7",
      "cuda-python>=13.0,<13.1"),
 ], ids=["R35.4.1", "R35.6.0", "R36.3.0", "R36.4.0", "R36.4.3", "R38.2.0", "R38.4.0"])
 def test_install_script_picks_the_profile_of_each_release(tmp_path, major, revision, shipped, line, cuda_python):
@@ -191,7 +191,7 @@ def test_readme_table_is_what_the_script_does(tmp_path):
     Dockerfile derives from the row's image tag), gives the row's TensorRT, CUDA, Python, profile and pin."""
     rows = readme_profiles()
     assert [r["profile"] for r in rows] == ["`jetpack-5.1`", "`jetpack-6.0`", "`jetpack-6.1`", "`jetpack-6.2`",
-                                            "`jetpack-7.0`, `jetpack-7.1`"]
+                                            "`jetpack-7`"]
     for i, row in enumerate(rows):
         release = re.match(r"R[\d.]+", row["l4t"]).group(0)
         key = release[1:3] if release.startswith(("R35", "R38")) else release[1:5]
@@ -207,3 +207,15 @@ def test_readme_table_is_what_the_script_does(tmp_path):
             if j == 0:
                 assert head.endswith(row["profile"].split(",")[0].strip("`")), (row, head)
     assert "none" in rows[-1]["image"] and "l4t-jetpack:r38" not in DEPLOY.joinpath("README.md").read_text()
+
+
+def test_every_profile_the_install_script_names_is_a_device_profile():
+    """The script's profiles are the ones export and build take (runtime/profiles.py), so a device's install
+    line names the --jetpack its engines are built for."""
+    import re
+
+    from mlit_edge.runtime.profiles import PROFILES
+
+    script = (DEPLOY / "install-jetson.sh").read_text()
+    named = set(re.findall(r"profile=(jetpack-[0-9.]+)", script))
+    assert named and named <= set(PROFILES), named - set(PROFILES)
