@@ -39,7 +39,7 @@ def peak_rss_mb() -> float:
 def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
     """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
     from ..model.budget import available_mb, batch_bytes
-    from ..model.config import record_config
+    from ..model.records import record_config
     from ..runtime.schema import ArtifactRecord
 
     available = available_mb()

@@ -62,7 +62,8 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     exists for that size and class count; otherwise, or with `random_weights`, the weights are random
     (fine for latency work, meaningless for accuracy).
     """
-    from ..model.config import claimed_size, get_config
+    from ..model.config import get_config
+    from ..model.records import claimed_size
     from ..model.mlit import MLiT, count_parameters
     from ..train.checkpoint import model_from_checkpoint, read_checkpoint
     from ..train.pretrained import default_for
@@ -109,7 +110,7 @@ class Source:
         """Refuse, before anything is allocated, a batch whose buffers would not fit this machine: the
         model's config, or the one its record describes (a device has no torch to build the model)."""
         from ..model.budget import check_batch_fits
-        from ..model.config import record_config
+        from ..model.records import record_config
 
         cfg = self.model.cfg if self.model is not None else record_config(self.record.config)
         check_batch_fits(cfg, batch, option)

@@ -124,7 +124,7 @@ class RunConfig:
 
 def encoder_size(init_from: str) -> str:
     """The size of the mmLiT encoder a finetune starts from, as its run folder and checkpoint name it."""
-    from ..model.config import claimed_size
+    from ..model.records import claimed_size
 
     pre = ck.load_checkpoint(init_from, kind="mmlit")
     return claimed_size(pre.get("size"), ck.config_from_dict("mmlit", pre["config"]).encoder)
