@@ -80,7 +80,10 @@ class DeviceEnv:
 def _cuda_props() -> tuple[str | None, str | None, str | None]:
     """GPU 0's name, compute capability and the CUDA runtime version, via cuda-python or nvidia-smi."""
     try:
-        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+        try:
+            from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+        except ImportError:  # JetPack 5.1's cuda-python 11.8 and 6.0's 12.2 have only the older path
+            from cuda import cudart
 
         err, count = cudart.cudaGetDeviceCount()
         if int(err) == 0 and count > 0:
