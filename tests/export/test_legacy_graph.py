@@ -215,3 +215,48 @@ def test_decomposition_of_a_positive_axis_without_bias(opset):
     assert (len(mean.input), opset) in ((1, 17), (2, 18)) and new.graph.node[-1].op_type == "Mul"
     _same_outputs(model, new, {"x": 3 + np.random.default_rng(0).standard_normal((2, 4, 3), np.float32)})
 
+
+def test_fp16_keeps_the_decomposed_layernorm_in_fp32(tmp_path):
+    from mlit_edge.export.precision import to_fp16
+    from mlit_edge.runtime.sidecar import user_fields, write_sidecar
+    from mlit_edge.train.data import load_dataset
+
+    model, info = load_for_export("pretrained:xxs-mnist5k", None)
+    record = export_onnx(model, tmp_path / "m18.onnx", info, opset=18, check=False)  # parity: the tests above
+    rewritten, report = for_parser(onnx.load(str(tmp_path / "m18.onnx")), 17, "decomposed", True)
+    src = tmp_path / "m17.onnx"
+    onnx.save(rewritten, str(src))
+    write_sidecar(src, {**user_fields(record), "opset": 17, "parser_rewrite": report})
+    converted = to_fp16(src, tmp_path / "m17_fp16.onnx")
+    island = layernorm_island(rewritten)
+    assert len(island) == 9 * 19 and converted.record["fp32_nodes"]["layernorm_island"] == len(island)
+
+    fp16 = onnx.shape_inference.infer_shapes(converted.proto)
+    types = {v.name: v.type.tensor_type.elem_type for v in [*fp16.graph.value_info, *fp16.graph.input,
+                                                            *fp16.graph.output]}
+    types.update({t.name: t.data_type for t in fp16.graph.initializer})
+    kept = [n for n in fp16.graph.node if n.name in island]
+    assert len(kept) == len(island) and TensorProto.FLOAT16 in types.values()
+    producers = {o: n for n in fp16.graph.node for o in n.output}
+
+    def origin(name):
+        """The first node before `name` that is not a Cast, and whether a Cast to fp16 lies on the way."""
+        node, via_fp16 = producers.get(name), False
+        while node is not None and node.op_type == "Cast":
+            via_fp16 |= node.attribute[0].i == TensorProto.FLOAT16
+            node = producers.get(node.input[0])
+        return node, via_fp16
+
+    for node in kept:
+        assert all(types[t] == TensorProto.FLOAT for t in [*node.input, *node.output]), node.name
+        for name in node.input:  # and no tensor inside the island makes an fp32 -> fp16 -> fp32 round trip
+            first, via_fp16 = origin(name)
+            assert not (via_fp16 and first is not None and first.name in island), (node.name, name)
+    eps = {t.name: t for t in fp16.graph.initializer if t.name.endswith(f"{DECOMPOSED}epsilon")}
+    assert len(eps) == 19 and all(t.data_type == TensorProto.FLOAT for t in eps.values())
+
+    images = load_dataset("mnist5k", "test").inputs(slice(0, 200))
+    with OnnxRuntimeRunner(src, session=ORT_SESSION) as a, \
+            OnnxRuntimeRunner(tmp_path / "m17_fp16.onnx", session=ORT_SESSION) as b:
+        want, got = a.infer({"images": images})["logits"], b.infer({"images": images})["logits"]
+    assert (want.argmax(-1) == got.argmax(-1)).mean() >= 0.99
