@@ -168,6 +168,16 @@ def drop_fp16_round_trips(model, keep: set[str]) -> int:
     return len(dropped)
 
 
+def fp32_layer_names(model) -> set[str]:
+    """The nodes a reduced-precision graph computes in fp32: LayerNorm (the op, or its decomposed island),
+    Softmax, the router and the head. fp16 keeps them out of the casts; a weakly typed TensorRT 8.x build pins
+    their layers (the sidecar's `fp32_layers`)."""
+    from .legacy_graph import layernorm_island
+
+    return (router_nodes(model) | head_nodes(model) | layernorm_island(model)
+            | {n.name for n in model.graph.node if n.op_type in FP32_OPS})
+
+
 def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -> Converted:
     """Write to `out` the fp16 ONNX of `src`, with LayerNorm, Softmax, router and head in fp32; returns its
     sidecar fields (the caller measures the file, then publishes it with them) and its graph. `source`: the
@@ -182,8 +192,7 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
     model = source.graph()
     name_nodes(model)
     island = layernorm_island(model)  # a LayerNormalization decomposed for TensorRT 8.5 stays fp32 as the op does
-    keep = router_nodes(model) | head_nodes(model) | {n.name for n in model.graph.node if n.op_type in FP32_OPS}
-    keep |= island
+    keep = fp32_layer_names(model)
     try:
         with quiet():
             converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),
@@ -197,7 +206,9 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
     fp32_nodes = {"ops": sorted(FP32_OPS), "router_and_head": len(keep - island)}
     if island:
         fp32_nodes["layernorm_island"] = len(island)
-    return Converted(_derived_record(source, "fp16", {"fp32_nodes": fp32_nodes}), converted)
+    # the names a weakly typed TensorRT 8.x build pins to fp32 (engine.plan.pin_fp32)
+    return Converted(_derived_record(source, "fp16", {"fp32_nodes": fp32_nodes, "fp32_layers": sorted(keep)}),
+                     converted)
 
 
 def float_inputs(model, nodes: set[str]) -> int:
@@ -241,6 +252,10 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     source = _source(src, source)
     model = source.graph()
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
+    # what a weakly typed TensorRT 8.x build pins to fp32: not the layers Q/DQ makes INT8 (the head's Gemm),
+    # whose explicit precision a pin would contradict
+    ops = {n.name: n.op_type for n in model.graph.node}
+    fp32_layers = sorted(n for n in fp32_layer_names(model) if n in exclude or ops[n] not in ("MatMul", "Gemm", "Conv"))
     input_name = model.graph.input[0].name
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
     step = fixed.dim_value if fixed.HasField("dim_value") else batch
@@ -256,7 +271,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     float_inputs(quantized, set(exclude))
     _set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
-    return Converted(_derived_record(source, "int8", {"runtime": "tensorrt",
+    return Converted(_derived_record(source, "int8", {"runtime": "tensorrt", "fp32_layers": fp32_layers,
                                                       "calibration": {**calib_info, "images": int(len(calib)),
                                                                       "method": "MinMax, symmetric, per-channel weights",
                                                                       "float_nodes": len(exclude)}}), quantized)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..runtime.artifact import torch_available
 from ..runtime.profiles import DeviceProfile, choose, named_profile, parses, profile_named
-from . import GROUPED, export_opset
+from . import DEFAULT_OPSET, GROUPED, export_opset
 from .calibration import Recipe
 from .flavours import Flavour, artifact_name, flavour, fp32_base, variant_path
 from .requests import BuildRequest, ExportOptions, ExportRequest
@@ -129,11 +129,11 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
     device = _device(req, source, runtime, trt_version, notes)
     opset = export_opset(base.attention, req.opset)
-    if device is not None and base.attention == GROUPED:
-        if opset > device.max_opset:
+    if device is not None and base.attention == GROUPED and opset > device.max_opset:
+        if req.opset != DEFAULT_OPSET:  # the exporter's own opset (18) is lowered for the parser; others refused
             raise ValueError(f"--opset {req.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
                              "at most")
-        opset = min(opset, device.opset)
+        opset = device.opset
     dataset = source.record.dataset
     recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, dataset) if int8 else None
     return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None,
