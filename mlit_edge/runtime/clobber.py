@@ -7,8 +7,8 @@ exist yet) or, for files that exist, when they have the same device and inode (a
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from .outputs import check_writable
 
