@@ -232,3 +232,19 @@ def test_a_planted_staging_link_or_folder_is_never_followed_nor_deleted(tiny, tm
     (repo / "c").symlink_to(tmp_path / "nowhere")  # a dangling link where the model folder goes
     proc = cli("export-triton", tiny, "--repo", repo, "--name", "c", check=False)
     assert proc.returncode == 1 and "already exists" in proc.stderr and not (tmp_path / "nowhere").exists()
+
+
+def test_without_tritonclient_the_config_is_not_written_and_the_error_says_what_to_install(tiny, tmp_path, monkeypatch):
+    import sys
+
+    from mlit_edge.runtime import triton_config
+    from mlit_edge.runtime.triton import write_repository
+
+    triton_config.model_config_pb2.cache_clear()
+    monkeypatch.setitem(sys.modules, "tritonclient", None)  # `import tritonclient` raises ImportError
+    try:
+        with pytest.raises(RuntimeError, match=r"pip install 'mlit-edge\[triton\]'"):
+            write_repository(tiny, tmp_path / "repo")
+    finally:
+        triton_config.model_config_pb2.cache_clear()
+    assert not (tmp_path / "repo").exists()
