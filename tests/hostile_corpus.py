@@ -25,6 +25,8 @@ class Case:
     exit_code: int
     error: str | None = None  # a phrase of the one-line error (None: no error expected)
     same_as: str | None = None  # an 8-bit image that must get the same prediction
+    # env (the variables it runs with), no_folder (a path under the corpus that must not appear), unchanged
+    # (files whose bytes must stay), check (a callable run afterwards: a problem in words, or None)
     extra: dict = field(default_factory=dict)
 
 
@@ -183,24 +185,150 @@ def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     cases += _round3(folder, good, checkpoint)
     cases += _device_loop(folder, good, checkpoint)
     cases += _runtime_round(folder, good)
+    cases += _stream_clobber(folder, good)
+    cases += _triton_config(folder, good)
+    return cases
+
+
+def _stream_clobber(folder: Path, good: Path) -> list[Case]:
+    """Issue 35, item 1: `stream` writing its annotated video or its JSON lines over what it reads (the source,
+    the model, its sidecar) or over the other. Refused before anything is opened, so the video need not decode:
+    a regression that opened it first would fail on these bytes with another error."""
+    import os
+
+    video = folder / "clip.avi"
+    video.write_bytes(b"RIFF" + bytes(4092))
+    (folder / "clip-link.avi").symlink_to(video.name)
+    os.link(video, folder / "clip-hard.avi")
+    model = ["--model", str(good)]
+    same = {"unchanged": [str(video)]}
+    return [Case("stream OUTPUT is the input", "clobber", ["stream", str(video), str(video), *model], 1,
+                 "is the source video", extra=same),
+            Case("stream OUTPUT is a link to the input", "clobber",
+                 ["stream", str(video), str(folder / "clip-link.avi"), *model], 1, "is the source video", extra=same),
+            Case("stream OUTPUT is a hard link to the input", "clobber",
+                 ["stream", str(video), str(folder / "clip-hard.avi"), *model], 1, "is the source video", extra=same),
+            Case("stream --results is the input", "clobber", ["stream", str(video), *model, "--results", str(video)],
+                 1, "--results", extra=same),
+            Case("stream --results is the model", "clobber", ["stream", str(video), *model, "--results", str(good)],
+                 1, "is the model ("),
+            Case("stream --results is the model's sidecar", "clobber",
+                 ["stream", str(video), *model, "--results", f"{good}.json"], 1, "is the model's sidecar"),
+            Case("stream OUTPUT is --results", "clobber",
+                 ["stream", str(video), str(folder / "both.avi"), *model, "--results", str(folder / "both.avi")], 1,
+                 "is the annotated video", extra={"no_folder": "both.avi"}),
+            Case("stream OUTPUT in a missing folder", "clobber",
+                 ["stream", str(video), str(folder / "no-such-dir" / "out.avi"), *model], 1, "does not exist",
+                 extra={"no_folder": "no-such-dir"})]
+
+
+INJECTED = 'images" data_type: TYPE_FP32 dims: [ 1 ] } ] parameters { key: "k" value { string_value: "v" } } ' \
+           'input [ { name: "x'  # closes its string, its tensor and the input list; opens parameters and an input
+
+
+def _fake_plan(folder: Path, name: str, io) -> Path:
+    """A .plan of bytes that are no engine, its sidecar recording `io` as engine.io (all export-triton reads)."""
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    path = folder / f"{name}.plan"
+    path.write_bytes(b"not an engine")
+    write_sidecar(path, {"precision": "fp16", "classes": [str(i) for i in range(10)],
+                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"},
+                         "engine": {"flags": {"profile": {"max": 16}}, "io": io}})
+    return path
+
+
+def _io(inputs="images", in_shape=(-1, 3, 36, 36), outputs=None) -> dict:
+    return {"inputs": [{"name": inputs, "dtype": "float", "shape": list(in_shape)}] if in_shape != "text" else
+            [{"name": inputs, "dtype": "float", "shape": "3x36x36"}],
+            "outputs": [{"name": "logits", "dtype": "float", "shape": [-1, 10]}] if outputs is None else outputs}
+
+
+def _one_input_named(config: Path, name: str):
+    """A check of a written config.pbtxt: parsed by Triton's ModelConfig, one input of that name, no parameters."""
+    def check() -> str | None:
+        import importlib.util
+
+        import tritonclient
+        from google.protobuf import text_format
+
+        # Triton's parser as the tests load it, not through the code under test
+        spec = importlib.util.spec_from_file_location("model_config_pb2", Path(tritonclient.__file__).parent / "grpc"
+                                                      / "model_config_pb2.py")
+        pb2 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(pb2)
+        if not config.is_file():
+            return f"wrote no {config}"
+        try:
+            cfg = text_format.Parse(config.read_text(), pb2.ModelConfig())
+        except text_format.ParseError as e:
+            return f"config.pbtxt does not parse: {e}"
+        if [i.name for i in cfg.input] != [name] or cfg.parameters:
+            return f"config has inputs {[i.name for i in cfg.input]} and parameters {dict(cfg.parameters)}"
+        return None
+    return check
+
+
+def _triton_config(folder: Path, good: Path) -> list[Case]:
+    """Issue 35, items 2 and 3: names that would inject into config.pbtxt (escaped, parsed back), sidecar I/O
+    and names Triton cannot take (refused before the repository is made), a planted staging link."""
+    ten = [str(i) for i in range(10)]
+    onnx = _tiny_onnx(folder, "injected", np.zeros((3 * 36 * 36, 10)), "N", 10, ten, names=(INJECTED, "logits"))
+    plan = _fake_plan(folder, "injected_plan", _io(INJECTED))
+    negative = _tiny_onnx(folder, "negative_dim", np.zeros((3 * 36 * 36, 10)), "N", 10, ten,
+                          input_shape=["N", 3, -5, 36])
+    cases = [Case(f"export-triton: a {kind} input name that closes its string", "triton",
+                  ["export-triton", str(art), "--repo", str(folder / f"repo-{kind}")], 0,
+                  extra={"check": _one_input_named(folder / f"repo-{kind}" / art.stem / "config.pbtxt", INJECTED)})
+             for kind, art in (("onnx", onnx), ("plan", plan))]
+    refusals = [("dim 10^30", _fake_plan(folder, "dim1e30", _io(in_shape=(-1, 3, 10**30, 36))), [],
+                 "engine.io.inputs[0].shape is [-1, 3, 1000000000000000000000000000000"),
+                ("dim -7", _fake_plan(folder, "dim-7", _io(in_shape=(-1, 3, -7, 36))), [], "shape is [-1, 3, -7, 36]"),
+                ("onnx dim -5", negative, [], "has dimension -5"),
+                ("no outputs", _fake_plan(folder, "no_outputs", _io(outputs=[])), [], "records no outputs"),
+                ("inputs a string", _fake_plan(folder, "inputs_text", {**_io(), "inputs": "images"}), [],
+                 "engine.io.inputs is 'images'"),
+                ("shape a string", _fake_plan(folder, "shape_text", _io(in_shape="text")), [],
+                 "engine.io.inputs[0].shape is '3x36x36'"),
+                ("--name ''", good, ["--name", ""], "--name is empty"),
+                ("--name of 200 characters", good, ["--name", "n" * 200], "is 200 characters long"),
+                ("--name with a quote", good, ["--name", 'a" platform: "x'], "Triton's model names")]
+    cases += [Case(f"export-triton: {what}", "triton", ["export-triton", str(art), "--repo", str(folder / "repo-no"),
+                                                        *more], 1, words, extra={"no_folder": "repo-no"})
+              for what, art, more, words in refusals]
+    repo, elsewhere = folder / "repo-planted", folder / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "theirs.txt").write_text("keep")
+    repo.mkdir()
+    (repo / ".planted.partial").symlink_to(elsewhere, target_is_directory=True)
+
+    def untouched() -> str | None:
+        if sorted(p.name for p in elsewhere.iterdir()) != ["theirs.txt"] or (repo / "planted").is_symlink():
+            return f"wrote through the planted link: {sorted(p.name for p in elsewhere.iterdir())}"
+        return None
+    cases.append(Case("export-triton: a planted REPO/.NAME.partial link", "triton",
+                      ["export-triton", str(good), "--repo", str(repo), "--name", "planted"], 0,
+                      extra={"check": untouched}))
     return cases
 
 
 def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, classes: list, nodes=None,
-               input_type: int = 1, input_shape=None, output_shape=None) -> Path:
+               input_type: int = 1, input_shape=None, output_shape=None, names=("images", "logits")) -> Path:
     """A one-MatMul classifier over 3x36x36 input with its sidecar: the graph's shapes are what the case
     sets (a fixed batch, a symbolic class count), its weights may hold NaN. `nodes` (op, inputs, outputs,
-    attributes) replace Flatten -> MatMul; `input_type` is an ONNX element type (1: float)."""
+    attributes) replace Flatten -> MatMul; `input_type` is an ONNX element type (1: float); `names` are
+    the input's and the output's (with the default nodes)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     from mlit_edge.runtime.sidecar import write_sidecar
 
-    nodes = nodes or [("Flatten", ["images"], ["flat"], {}), ("MatMul", ["flat", "w"], ["logits"], {})]
+    src, dst = names
+    nodes = nodes or [("Flatten", [src], ["flat"], {}), ("MatMul", ["flat", "w"], [dst], {})]
     out_shape = [batch, out_dim] if output_shape is None else output_shape
     graph = helper.make_graph([helper.make_node(op, i, o, **a) for op, i, o, a in nodes], name,
-                              [helper.make_tensor_value_info("images", input_type, input_shape or [batch, 3, 36, 36])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, out_shape)],
+                              [helper.make_tensor_value_info(src, input_type, input_shape or [batch, 3, 36, 36])],
+                              [helper.make_tensor_value_info(dst, TensorProto.FLOAT, out_shape)],
                               [numpy_helper.from_array(weight.astype(np.float32), "w")])
     path = folder / f"{name}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)

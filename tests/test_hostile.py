@@ -46,6 +46,7 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
     before = {**hashes(art.parent), "ckpt": sha(ckpt)}
     runner, failures = CliRunner(), []
     for case in cases:
+        kept = {path: sha(path) for path in case.extra.get("unchanged", ())}
         r = runner.invoke(main, case.args, env=case.extra.get("env"))
         text = r.output + r.stderr
         problems = []
@@ -68,13 +69,20 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
                 problems.append(f"predicted {got}, the 8-bit image gets {want}")
         if "no_folder" in case.extra and (tmp_path / "corpus" / case.extra["no_folder"]).exists():
             problems.append("left an output folder behind")
+        changed = [path for path, digest in kept.items() if not Path(path).is_file() or sha(path) != digest]
+        if changed:
+            problems.append(f"changed {changed}")
+        if "check" in case.extra and (problem := case.extra["check"]()):
+            problems.append(problem)
         if problems:
             failures.append(f"{case.defect}: {case.name}: {'; '.join(problems)}")
     assert not failures, "\n".join(failures)
     assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
     assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2", "round3",
-                                          "device", "runtime"}
-    assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 109
+                                          "device", "runtime", "clobber", "triton"}
+    assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 129
+    per_defect = {d: sum(c.defect == d for c in cases) for d in ("clobber", "triton")}
+    assert per_defect["clobber"] >= 8 and per_defect["triton"] >= 12  # issue 35
 
 
 @pytest.mark.slow

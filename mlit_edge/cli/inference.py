@@ -145,6 +145,7 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
     Prints one JSON line per classified frame: frame, t (source seconds), class, class_id, prob, latency_ms.
     A file gives every frame (undecodable ones are skipped and counted); a live source gives its newest
     frame, counts the ones it dropped, and reconnects when it stalls. Ctrl-C ends it cleanly.
+    OUTPUT and --results are refused when either is the source, the model, its sidecar or the other.
 
     \b
     Examples:
@@ -158,11 +159,7 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
     mode = re.fullmatch(r"(\d+)x(\d+)@(\d+)", camera)
     if not mode:
         raise click.BadParameter(f"{camera!r}: expected WIDTHxHEIGHT@FPS, e.g. 1280x720@30", param_hint="--camera")
-    opts = StreamOptions(output=output, camera=tuple(int(v) for v in mode.groups()), **kw)
-    if results:
-        with open(results, "a") as out:
-            summary = run_stream(model_path, source, opts, out)
-    else:
-        summary = run_stream(model_path, source, opts)
+    opts = StreamOptions(output=output, results=results, camera=tuple(int(v) for v in mode.groups()), **kw)
+    summary = run_stream(model_path, source, opts)  # it opens --results, once it is known not to be an input
     if summary.get("signal"):
         sys.exit(128 + summary["signal"])

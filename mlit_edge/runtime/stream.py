@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import sys
 import threading
@@ -23,7 +24,9 @@ from typing import IO, Iterator
 import numpy as np
 
 from .classifier import Classifier, Prediction
-from .video import Frame, FrameReader, SourceError, import_cv2, parse_source
+from .clobber import check_file_folder, refuse_clobber
+from .sidecar import pending_path, sidecar_path
+from .video import Frame, FrameReader, SourceError, VideoSource, import_cv2, parse_source
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ class StreamOptions:
     batch: int | None = None  # frames per call [default: a static-batch engine's batch, else 1]
     top_k: int = 1
     output: str | None = None  # the annotated video
+    results: str | None = None  # a file to append the JSON lines to, instead of `out`
     status_s: float = 2.0  # seconds between status lines (0: none)
     max_frames: int | None = None  # stop after this many classified frames
     camera: tuple[int, int, int] = (1280, 720, 30)  # a CSI camera's width, height and fps
@@ -144,10 +148,41 @@ def _label(p: Prediction | None, fps: float) -> str:
     return "..." if p is None else f"{p.name} {p.prob:.2f} | {fps:.1f} FPS"
 
 
+def source_file(source: VideoSource) -> str | None:
+    """The file a source reads, where it reads one: a video file, or a GStreamer pipeline's `filesrc`."""
+    if source.kind == "file":
+        return str(source.target)
+    if source.kind != "gstreamer":
+        return None
+    found = re.search(r"filesrc\s+location=(\"[^\"]*\"|'[^']*'|\S+)", str(source.target))
+    return found.group(1).strip("\"'") if found else None
+
+
+def check_paths(model: str | Path, source: VideoSource, opts: StreamOptions) -> None:
+    """Refuse, in one line and before anything is opened for writing, an OUTPUT or --results that is the
+    source, the model or its sidecar, or the other one (`runtime.clobber`), or whose folder cannot be written."""
+    writes = {"the annotated video": opts.output, "--results": opts.results}
+    reads = {"the source video": source_file(source), "the model": model,
+             "the model's sidecar": sidecar_path(model), "the model's pending sidecar": pending_path(model)}
+    refuse_clobber(writes, reads)
+    for what, path in writes.items():
+        if path is not None:
+            check_file_folder(path, what)
+
+
 def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = sys.stdout) -> dict:
-    """Classify `uri`'s frames with the artifact `model`; JSON lines to `out`. Returns the summary, with
-    `signal` set when SIGINT or SIGTERM ended it."""
+    """Classify `uri`'s frames with the artifact `model`; JSON lines to `out` (or appended to `opts.results`).
+    Returns the summary, with `signal` set when SIGINT or SIGTERM ended it."""
     source = parse_source(uri, *opts.camera)
+    check_paths(model, source, opts)
+    if opts.results is None:
+        return _run(model, source, opts, out)
+    with open(opts.results, "a") as results:
+        return _run(model, source, opts, results)
+
+
+def _run(model: str | Path, source: VideoSource, opts: StreamOptions, out: IO[str]) -> dict:
+    uri = source.uri
     with Classifier.load(model) as clf, FrameReader(source) as reader, stop_on_signals(reader) as got:
         batch = opts.batch or clf.runner.static_batch or 1
         annotator = Annotator(opts.output, reader.fps) if opts.output else None

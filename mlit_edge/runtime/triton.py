@@ -4,32 +4,27 @@
 The config is written from the artifact itself: the platform from its format, the input and output names,
 data types and dims from the engine's recorded I/O (a plan) or the graph (an ONNX), and `max_batch_size`
 with dynamic batching where the batch dimension is dynamic (0 and full dims for a static batch, as
-Triton's model configuration asks).
+Triton's model configuration asks). The config is parsed back with Triton's own parser before it is written
+(`triton_config`), and the model folder is staged in a fresh private folder (mkdtemp) renamed into place:
+nothing is written through a link, nor deleted, that someone else put in the repository.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-from dataclasses import dataclass
+import tempfile
 from pathlib import Path
 
 from .artifact import BATCH_PROFILE
 from .schema import ArtifactRecord, classifier_fields
 from .sidecar import atomic_path, read_sidecar
+from .triton_config import MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
 
-# TensorRT's dtype names (`engine.io`, as `trt.DataType`) and numpy's (an ONNX graph) to Triton's
-TRITON_TYPES = {"float": "TYPE_FP32", "float32": "TYPE_FP32", "half": "TYPE_FP16", "float16": "TYPE_FP16",
-                "bfloat16": "TYPE_BF16", "int64": "TYPE_INT64", "int32": "TYPE_INT32", "int8": "TYPE_INT8",
-                "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL"}
 PLATFORMS = {".plan": ("tensorrt_plan", "model.plan"), ".onnx": ("onnxruntime_onnx", "model.onnx")}
-
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    dtype: str  # Triton's TYPE_*
-    shape: tuple[int, ...]  # -1 where dynamic
+MAX_NAME = 128  # Triton's model names, as export-triton allows them
+HINT = "rebuild it with mlit-edge build --frontend onnx"
 
 
 def _triton_type(name: str, dtype: str, path: Path) -> str:
@@ -38,21 +33,60 @@ def _triton_type(name: str, dtype: str, path: Path) -> str:
     return TRITON_TYPES[dtype]
 
 
-def artifact_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
-    """The inputs and outputs of an artifact: from the engine's recorded I/O for a plan, from the graph for
-    an ONNX (read without its weights)."""
-    if path.suffix == ".plan":
-        io = ArtifactRecord.of(record).engine_io
-        if not io:
-            raise ValueError(f"{path.name}.json records no engine I/O (a torch-tensorrt engine, or an old build); "
-                             "rebuild it with mlit-edge build --frontend onnx")
-        return tuple([Tensor(t["name"], _triton_type(t["name"], t["dtype"], path), tuple(int(d) for d in t["shape"]))
-                      for t in io[side]] for side in ("inputs", "outputs"))
+def _bad(path: Path, field: str, value, want: str) -> ValueError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 120 else shown[:120] + "..."
+    return ValueError(f"{path.name}.json: {field} is {shown}, expected {want}; {HINT}")
+
+
+def _plan_tensor(path: Path, field: str, t) -> Tensor:
+    """One tensor of `engine.io`, each field checked: the sidecar is a file anyone can edit."""
+    if not isinstance(t, dict):
+        raise _bad(path, field, t, "an object with name, dtype and shape")
+    name, dtype, shape = t.get("name"), t.get("dtype"), t.get("shape")
+    if not isinstance(name, str) or not name:
+        raise _bad(path, f"{field}.name", name, "the tensor's name")
+    if not isinstance(dtype, str):
+        raise _bad(path, f"{field}.dtype", dtype, "a TensorRT type name such as 'float'")
+    if not isinstance(shape, list) or not all(valid_dim(d) for d in shape):
+        raise _bad(path, f"{field}.shape", shape, f"a list of dims, each -1 (dynamic) or 1 to {MAX_DIM}")
+    return Tensor(name, _triton_type(name, dtype, path), tuple(shape))
+
+
+def plan_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
+    """A plan's inputs and outputs, from the engine's I/O that its sidecar records."""
+    engine = record.get("engine")
+    io = engine.get("io") if isinstance(engine, dict) else None
+    if io is None:
+        raise ValueError(f"{path.name}.json records no engine I/O (a torch-tensorrt engine, or an old build); {HINT}")
+    if not isinstance(io, dict):
+        raise _bad(path, "engine.io", io, "an object with inputs and outputs")
+    sides = []
+    for side in ("inputs", "outputs"):
+        if side not in io:
+            raise ValueError(f"{path.name}.json: engine.io.{side} is missing; {HINT}")
+        items = io[side]
+        if not isinstance(items, list):
+            raise _bad(path, f"engine.io.{side}", items, "a list of tensors")
+        if not items:
+            raise ValueError(f"{path.name}.json records no {side} in engine.io: Triton serves no such model; {HINT}")
+        sides.append([_plan_tensor(path, f"engine.io.{side}[{i}]", t) for i, t in enumerate(items)])
+    return sides[0], sides[1]
+
+
+def onnx_io(path: Path) -> tuple[list[Tensor], list[Tensor]]:
+    """An ONNX's inputs and outputs, from the graph (read without its weights)."""
     import onnx
     from onnx.helper import tensor_dtype_to_np_dtype
 
     graph = onnx.load(str(path), load_external_data=False).graph
     weights = {t.name for t in graph.initializer}
+
+    def dtype(elem_type: int) -> str:
+        try:
+            return str(tensor_dtype_to_np_dtype(elem_type))
+        except (KeyError, ValueError, TypeError):  # undefined (0) or unknown to this onnx
+            return f"ONNX element type {elem_type}"
 
     def tensors(values) -> list[Tensor]:
         out = []
@@ -61,30 +95,10 @@ def artifact_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
                 continue
             t = v.type.tensor_type
             dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
-            out.append(Tensor(v.name, _triton_type(v.name, str(tensor_dtype_to_np_dtype(t.elem_type)), path), dims))
+            out.append(Tensor(v.name, _triton_type(v.name, dtype(t.elem_type), path), dims))
         return out
 
     return tensors(graph.input), tensors(graph.output)
-
-
-def _dims(shape: tuple[int, ...]) -> str:
-    return "[ " + ", ".join(str(d) for d in shape) + " ]"
-
-
-def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int) -> str:
-    """config.pbtxt in protobuf text format. `max_batch` 0: a static batch, dims include it."""
-    lines = [f'name: "{name}"', f'platform: "{platform}"', f"max_batch_size: {max_batch}"]
-    for section, tensors in (("input", inputs), ("output", outputs)):
-        items = []
-        for t in tensors:
-            dims = t.shape[1:] if max_batch else t.shape
-            items.append(f'  {{\n    name: "{t.name}"\n    data_type: {t.dtype}\n    dims: {_dims(dims)}\n  }}')
-        lines.append(f"{section} [\n" + ",\n".join(items) + "\n]")
-    if max_batch:
-        lines.append("dynamic_batching { }")
-    lines.append("instance_group [ { count: 1, kind: %s } ]" % ("KIND_GPU" if platform == "tensorrt_plan"
-                                                               else "KIND_CPU"))
-    return "\n".join(lines) + "\n"
 
 
 def _max_batch(inputs: list[Tensor], record: dict) -> int:
@@ -94,13 +108,45 @@ def _max_batch(inputs: list[Tensor], record: dict) -> int:
     return int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
 
+def model_name(name: str | None, artifact: Path) -> str:
+    """`--name`, or the artifact's file name made into one; refused in one line unless Triton accepts it."""
+    what = "--name"
+    if name is None:
+        name, what = re.sub(r"[^A-Za-z0-9_-]", "_", artifact.name.rsplit(".", 1)[0]), \
+            f"the model name from {artifact.name} (pass --name)"
+    if not name:
+        raise ValueError(f"{what} is empty: give the model's name in Triton (letters, digits, '_' and '-')")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"{what} is {len(name)} characters long; Triton's model names are at most {MAX_NAME}")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"--name {name!r}: use letters, digits, '_' and '-' (Triton's model names)")
+    return name
+
+
+def _staging(repo: Path, name: str) -> Path:
+    """A fresh folder in `repo` that only this process made: mkdtemp never reuses a path that exists, so a
+    link or a folder planted under a predictable name is neither written through nor deleted."""
+    try:
+        repo.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=repo))
+    except OSError as e:
+        raise OSError(f"cannot write the model repository {repo} ({e.strerror or e})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None) -> Path:
     """Write the model folder for `artifact` into the repository `repo`; returns the model folder.
 
-    Refuses an artifact that is not an mlit-edge classifier, a name Triton would not accept, and a model
-    folder that already exists (Triton serves every folder it finds; replacing one is the user's call).
+    Refuses an artifact that is not an mlit-edge classifier, a name Triton would not accept, a config that
+    does not parse back as meant, and a model folder that already exists (Triton serves every folder it
+    finds; replacing one is the user's call). Everything is checked before the repository is touched.
     """
-    artifact = Path(artifact)
+    artifact, repo = Path(artifact), Path(repo)
     if artifact.suffix not in PLATFORMS:
         raise ValueError(f"{artifact.name}: Triton serves .plan (TensorRT) and .onnx (ONNX Runtime) artifacts")
     if not artifact.is_file():
@@ -108,23 +154,27 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     content = artifact.read_bytes()
     record = read_sidecar(artifact, content=content)  # these bytes' sha256 against the sidecar, or one line
     classifier_fields(record, artifact)
-    name = name or re.sub(r"[^A-Za-z0-9_-]", "_", artifact.name.rsplit(".", 1)[0])
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", name):
-        raise ValueError(f"--name {name!r}: use letters, digits, '_' and '-' (Triton's model names)")
+    name = model_name(name, artifact)
     platform, file_name = PLATFORMS[artifact.suffix]
-    inputs, outputs = artifact_io(artifact, record)
-    folder = Path(repo) / name
-    if folder.exists():
+    inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact)
+    check_tensors(inputs, outputs, artifact.name)
+    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record))
+    folder = repo / name
+    if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")
-    staging = Path(repo) / f".{name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / "1").mkdir(parents=True)
+    staging = _staging(repo, name)
     try:
+        (staging / "1").mkdir()
         (staging / "1" / file_name).write_bytes(content)  # the very bytes that were checked
-        (staging / "config.pbtxt").write_text(model_config(name, platform, inputs, outputs, _max_batch(inputs, record)))
+        (staging / "config.pbtxt").write_text(config)
         with atomic_path(staging / "mlit-edge.json") as tmp:  # provenance: the sidecar, next to the config
             Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
+        # mkdtemp's 0700 kept others out while it was written; the served folder gets the usual permissions
+        os.chmod(staging, 0o777 & ~_umask())  # (Triton may run as another user)
+        if os.path.lexists(folder):
+            raise FileExistsError(f"{folder} appeared meanwhile; remove it or pass another --name")
         staging.rename(folder)  # the model appears whole or not at all
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # made by _staging above, in this call: ours to remove
+        raise
     return folder

@@ -218,3 +218,67 @@ def test_stream_never_imports_torch(model, clip, tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count('"frame"') == 4 and "OK" in proc.stdout
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (links as what they point to), to see that a refused run changed nothing."""
+    return {str(p.relative_to(folder)): (p.readlink().as_posix().encode() if p.is_symlink() else p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+@pytest.fixture
+def own(model, clip, tmp_path) -> Path:
+    """A folder of its own with a copy of the clip and of the model pair, and links and a hard link to them."""
+    import os
+    import shutil
+
+    shutil.copyfile(clip, tmp_path / "in.avi")
+    shutil.copyfile(model, tmp_path / "m.onnx")
+    shutil.copyfile(f"{model}.json", tmp_path / "m.onnx.json")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.avi").symlink_to("in.avi")
+    (tmp_path / "model-link.avi").symlink_to("m.onnx")
+    (tmp_path / "sidecar-link.jsonl").symlink_to("m.onnx.json")
+    os.link(tmp_path / "in.avi", tmp_path / "hard.avi")
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, words", [
+    (["in.avi", "in.avi"], "the annotated video in.avi is the source video"),
+    (["in.avi", "link.avi"], "the annotated video link.avi is the source video"),  # a symlink to the input
+    (["in.avi", "hard.avi"], "the annotated video hard.avi is the source video"),  # a hard link: the same inode
+    (["in.avi", "sub/../in.avi"], "is the source video"),
+    (["file://in.avi", "in.avi"], "is the source video"),
+    (["link.avi", "in.avi"], "is the source video"),
+    (["in.avi", "model-link.avi"], "is the model"),
+    (["in.avi", "--results", "in.avi"], "--results in.avi is the source video"),
+    (["in.avi", "--results", "m.onnx"], "--results m.onnx is the model"),
+    (["in.avi", "--results", "m.onnx.json"], "--results m.onnx.json is the model's sidecar"),
+    (["in.avi", "--results", "sidecar-link.jsonl"], "is the model's sidecar"),
+    (["in.avi", "new.avi", "--results", "new.avi"], "--results new.avi is the annotated video"),
+])
+def test_stream_never_writes_over_what_it_reads(own, args, words):
+    """OUTPUT or --results naming the source, the model or its sidecar (by path, link or inode), or each other:
+    refused in one line before anything is opened for writing; every file stays as it was."""
+    before = snapshot(own)
+    proc = cli("stream", *args, "--model", "m.onnx", check=False, cwd=own)
+    assert proc.returncode == 1 and words in proc.stderr, proc.stderr[-1500:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
+    assert snapshot(own) == before  # nothing truncated, appended to or created
+
+
+def test_stream_reads_the_model_s_sidecar_through_its_own_name(own):
+    """The refusal compares what is read: a results file beside the model that is not its sidecar is fine."""
+    proc = cli("stream", "in.avi", "--model", "m.onnx", "--results", "m.onnx.jsonl", "--max-frames", "2", cwd=own)
+    assert proc.stdout == "" and len(rows((own / "m.onnx.jsonl").read_text())) == 2
+
+
+@pytest.mark.parametrize("where, words", [("missing/out.avi", "does not exist"),
+                                          ("in.avi/out.avi", "is not a folder"),
+                                          ("/proc/mlit-edge-out.avi", "cannot write the annotated video's folder")])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_first_frame(own, where, words):
+    before = snapshot(own)
+    proc = cli("stream", "in.avi", where, "--model", "m.onnx", check=False, cwd=own)
+    assert proc.returncode == 1 and words in proc.stderr, proc.stderr[-1500:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""  # no frame was classified first
+    assert snapshot(own) == before

@@ -86,3 +86,165 @@ def test_refusals_are_one_line(tiny, tmp_path):
     refused = cli("export-triton", changed, "--repo", repo, check=False)
     assert refused.returncode != 0 and "does not match its sidecar" in refused.stderr
     assert sorted(p.name for p in repo.iterdir()) == ["mlit-tiny-fp32"]  # nothing half-written
+
+
+# a name that closes its string, its tensor and the input list, then opens a parameters block and a second input
+INJECTED = 'images" data_type: TYPE_FP32 dims: [ 1 ] } ] parameters { key: "k" value { string_value: "v" } } ' \
+           'input [ { name: "x'
+ODD = 'logits\\"\n\t\x1b]0;t\x07 é ∑'  # a backslash, a quote, control bytes and non-ASCII: escaped, not refused
+
+
+def named_onnx(folder: Path, inputs: str = "images", output: str = "logits", in_dims=("N", 3, 36, 36),
+               out_dims=("N", 10)) -> Path:
+    """A one-MatMul classifier with the given tensor names and graph dims, and its sidecar."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    graph = helper.make_graph([helper.make_node("Flatten", [inputs], ["flat"]),
+                               helper.make_node("MatMul", ["flat", "w"], [output])], "g",
+                              [helper.make_tensor_value_info(inputs, TensorProto.FLOAT, list(in_dims))],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, list(out_dims))],
+                              [numpy_helper.from_array(np.zeros((3 * 36 * 36, 10), np.float32), "w")])
+    path = folder / "named.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    write_sidecar(path, {"precision": "fp32", "classes": [str(i) for i in range(10)],
+                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
+    return path
+
+
+def fake_plan(folder: Path, io, name: str = "fake") -> Path:
+    """A .plan whose bytes are no engine, with a sidecar recording `io` as engine.io (export-triton reads the
+    sidecar, never the engine): TensorRT is not needed to try what a sidecar can say."""
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    path = folder / f"{name}.plan"
+    path.write_bytes(b"not an engine")
+    write_sidecar(path, {"precision": "fp16", "classes": [str(i) for i in range(10)],
+                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"},
+                         "engine": {"flags": {"profile": {"max": 16}}, "io": io}})
+    return path
+
+
+def plan_io(inputs="images", output="logits", in_shape=(-1, 3, 36, 36), out_shape=(-1, 10)) -> dict:
+    def shape(s):
+        return list(s) if isinstance(s, tuple) else s  # anything else as given: a sidecar can say anything
+
+    return {"inputs": [{"name": inputs, "dtype": "float", "shape": shape(in_shape)}],
+            "outputs": [{"name": output, "dtype": "float", "shape": shape(out_shape)}]}
+
+
+@pytest.mark.parametrize("kind", ["onnx", "plan"])
+def test_hostile_tensor_names_are_escaped_and_parse_back_as_one_input(kind, tmp_path):
+    """A name holding '"' and '}' used to add an input and a parameters block that Triton's parser accepts."""
+    art = (named_onnx(tmp_path, INJECTED, ODD) if kind == "onnx" else fake_plan(tmp_path, plan_io(INJECTED, ODD)))
+    cfg, pb2 = parse(Path(cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip()))
+    assert [i.name for i in cfg.input] == [INJECTED] and [o.name for o in cfg.output] == [ODD]
+    assert not cfg.parameters and list(cfg.input[0].dims) == [3, 36, 36] and list(cfg.output[0].dims) == [10]
+    assert cfg.input[0].data_type == pb2.TYPE_FP32 and cfg.max_batch_size == (64 if kind == "onnx" else 16)
+
+
+def refused(args, tmp_path, words: str) -> None:
+    repo = tmp_path / "repo"
+    proc = cli("export-triton", *args, "--repo", repo, check=False)
+    assert proc.returncode == 1 and words in proc.stderr, proc.stderr[-1500:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not repo.exists() or not list(repo.iterdir())  # no model folder, no staging left
+
+
+@pytest.mark.parametrize("io, words", [
+    (plan_io(in_shape=(-1, 3, 10 ** 30, 36)), "engine.io.inputs[0].shape is [-1, 3, 1000000000000000000000000000000"),
+    (plan_io(out_shape=(-1, -7)), "engine.io.outputs[0].shape is [-1, -7]"),
+    (plan_io(out_shape=(-1, 0)), "engine.io.outputs[0].shape is [-1, 0]"),
+    ({"inputs": plan_io()["inputs"], "outputs": []}, "records no outputs"),
+    ({"inputs": plan_io()["inputs"]}, "engine.io.outputs is missing"),
+    ({**plan_io(), "inputs": "images"}, "engine.io.inputs is 'images'"),
+    ({**plan_io(), "inputs": ["images"]}, "engine.io.inputs[0] is 'images'"),
+    (plan_io(inputs=5), "engine.io.inputs[0].name is 5"),
+    (plan_io(in_shape="3x36x36"), "engine.io.inputs[0].shape is '3x36x36'"),
+    (plan_io(in_shape=(-1, "3", 36, 36)), "engine.io.inputs[0].shape is [-1, '3', 36, 36]"),
+    (plan_io(in_shape=(-1, 3.5, 36, 36)), "engine.io.inputs[0].shape is [-1, 3.5, 36, 36]"),
+    (plan_io(in_shape=(-1, True, 36, 36)), "engine.io.inputs[0].shape is [-1, True, 36, 36]"),
+    ({**plan_io(), "outputs": [{"name": "logits", "dtype": 3, "shape": [-1, 10]}]}, "engine.io.outputs[0].dtype is 3"),
+    (plan_io(inputs=""), "engine.io.inputs[0].name is ''"),
+])
+def test_a_plan_sidecar_s_io_of_the_wrong_shape_or_type_is_one_line_naming_the_field(io, words, tmp_path):
+    refused([fake_plan(tmp_path, io)], tmp_path, words)
+
+
+def test_an_engine_io_that_is_not_an_object_is_named(tmp_path):
+    refused([fake_plan(tmp_path, ["images", "logits"])], tmp_path, "engine.io is ['images', 'logits']")
+
+
+@pytest.mark.parametrize("dims, words", [((-1, 3, -5, 36), "dimension -5"), ((0, 3, 36, 36), "dimension 0")])
+def test_onnx_dims_that_are_negative_or_zero_are_refused(dims, words, tmp_path):
+    refused([named_onnx(tmp_path, in_dims=dims)], tmp_path, words)
+
+
+@pytest.mark.parametrize("name, words", [("", "--name is empty"), ("a" * 200, "--name is 200 characters long"),
+                                         ('a" platform: "x', "Triton's model names"), ("a\nb", "Triton's model names")])
+def test_model_names_are_refused_not_replaced(tiny, tmp_path, name, words):
+    refused([tiny, "--name", name], tmp_path, words)
+
+
+def test_a_long_artifact_name_says_the_length_is_the_problem(tiny, tmp_path):
+    import shutil
+
+    long = tmp_path / ("m" * 140 + ".onnx")
+    shutil.copyfile(tiny, long)
+    shutil.copyfile(f"{tiny}.json", f"{long}.json")
+    refused([long], tmp_path, "is 140 characters long")
+
+
+def test_a_config_that_does_not_parse_as_meant_is_never_written(tmp_path, monkeypatch):
+    """The escaping undone: the parse-back finds the injected input, and nothing is published."""
+    from mlit_edge.runtime import triton_config
+    from mlit_edge.runtime.triton import write_repository
+
+    monkeypatch.setattr(triton_config, "quote", lambda text: f'"{text}"')
+    art = named_onnx(tmp_path, INJECTED)
+    with pytest.raises(ValueError, match="does not parse back as the config meant"):
+        write_repository(art, tmp_path / "repo")
+    monkeypatch.setattr(triton_config, "quote", lambda text: f'"{text}')  # one that does not parse at all
+    with pytest.raises(ValueError, match="does not parse"):
+        write_repository(named_onnx(tmp_path), tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()  # checked before the repository is touched
+
+
+def test_a_planted_staging_link_or_folder_is_never_followed_nor_deleted(tiny, tmp_path):
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    repo.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "theirs.txt").write_text("keep")
+    (repo / ".a.partial").symlink_to(elsewhere, target_is_directory=True)
+    (repo / ".b.partial").mkdir()
+    (repo / ".b.partial" / "someone.txt").write_text("keep too")
+    for name in ("a", "b"):
+        folder = Path(cli("export-triton", tiny, "--repo", repo, "--name", name).stdout.strip())
+        assert folder == repo / name and folder.is_dir() and not folder.is_symlink()
+        assert (folder / "1" / "model.onnx").read_bytes() == tiny.read_bytes() and parse(folder)[0].name == name
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["theirs.txt"]
+    assert (elsewhere / "theirs.txt").read_text() == "keep"
+    assert (repo / ".a.partial").is_symlink() and (repo / ".b.partial" / "someone.txt").read_text() == "keep too"
+    assert sorted(p.name for p in repo.iterdir()) == [".a.partial", ".b.partial", "a", "b"]  # no staging left
+    (repo / "c").symlink_to(tmp_path / "nowhere")  # a dangling link where the model folder goes
+    proc = cli("export-triton", tiny, "--repo", repo, "--name", "c", check=False)
+    assert proc.returncode == 1 and "already exists" in proc.stderr and not (tmp_path / "nowhere").exists()
+
+
+def test_without_tritonclient_the_config_is_not_written_and_the_error_says_what_to_install(tiny, tmp_path, monkeypatch):
+    import sys
+
+    from mlit_edge.runtime import triton_config
+    from mlit_edge.runtime.triton import write_repository
+
+    triton_config.model_config_pb2.cache_clear()
+    monkeypatch.setitem(sys.modules, "tritonclient", None)  # `import tritonclient` raises ImportError
+    try:
+        with pytest.raises(RuntimeError, match=r"pip install 'mlit-edge\[triton\]'"):
+            write_repository(tiny, tmp_path / "repo")
+    finally:
+        triton_config.model_config_pb2.cache_clear()
+    assert not (tmp_path / "repo").exists()
