@@ -115,7 +115,8 @@ class Inputs:
 
 def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) -> Variant:
     """The variant of the fp32 artifact `src` in `flavour` at `final`, measured and published with its sidecar."""
-    from .precision import to_fp16, to_int8_dynamic
+    from .fp16 import to_fp16
+    from .precision import to_int8_dynamic
 
     if flavour.maker not in ("fp16", "int8-qdq", "int8-dynamic"):
         raise ValueError(f"{flavour.tag} is made by the export itself, not as a variant")

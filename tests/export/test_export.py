@@ -20,7 +20,8 @@ from mlit_edge.engine.check import DENIED, static_checks  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT, new_model  # noqa: E402
 from mlit_edge.export.calibration import Recipe  # noqa: E402
-from mlit_edge.export.precision import router_nodes, to_fp16, to_int8  # noqa: E402
+from mlit_edge.export.fp16 import to_fp16  # noqa: E402
+from mlit_edge.export.precision import router_nodes, to_int8  # noqa: E402
 from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner
 from mlit_edge.export.static import to_deploy  # noqa: E402

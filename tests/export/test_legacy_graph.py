@@ -217,7 +217,7 @@ def test_decomposition_of_a_positive_axis_without_bias(opset):
 
 
 def test_fp16_keeps_the_decomposed_layernorm_in_fp32(tmp_path):
-    from mlit_edge.export.precision import to_fp16
+    from mlit_edge.export.fp16 import to_fp16
     from mlit_edge.runtime.sidecar import user_fields, write_sidecar
     from mlit_edge.train.data import load_dataset
 
