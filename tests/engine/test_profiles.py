@@ -194,3 +194,58 @@ def test_a_build_refuses_an_onnx_that_its_profiles_parser_cannot_read(tiny_onnx,
     with pytest.raises(ValueError, match="the onnxruntime artifact takes none"):
         run_build(BuildRequest(onnx=str(tiny_onnx), precision="fp32", target="onnxruntime", jetpack="6.2",
                                out=str(tmp_path / "ort")))
+
+
+@pytest.mark.slow
+def test_an_export_for_jetpack_5_1_is_exact_checks_against_8_5_and_builds_with_tensorrt_rtx(tmp_path):
+    """The 5.1 export end to end: opset 17, no LayerNormalization, within 1e-5 of PyTorch with the same experts
+    in every layer, clean against onnx-tensorrt 8.5-GA's table; the fp16 variant records the nodes a TensorRT 8.5
+    build pins; TensorRT-RTX (a newer parser) builds the 5.1 graph, and the plan records the 5.1 profile."""
+    import numpy as np
+    import onnx
+
+    from mlit_edge.engine.check import check
+    from mlit_edge.export.pipeline import ExportRequest, run_export
+    from mlit_edge.export.source import load_for_export
+    from mlit_edge.runtime.runners import OnnxRuntimeRunner
+    from mlit_edge.runtime.sidecar import read_sidecar
+
+    made = run_export(ExportRequest(size="xxs", random_weights=True, out=str(tmp_path / "m.onnx"), probe=True,
+                                    precisions=("fp32", "fp16"), jetpack="5.1", evaluate=False))
+    fp32, fp16 = made
+    graph = onnx.load(str(fp32))
+    assert next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")) == 17
+    assert not [n for n in graph.graph.node if n.op_type == "LayerNormalization"]
+    record = read_sidecar(fp32)
+    assert record["profile"]["name"] == "jetpack-5.1" and record["parser_graph"]["layernorm"] == "decomposed"
+    model, _ = load_for_export(None, "xxs", 10, random_weights=True)
+    x = np.random.default_rng(0).standard_normal((8, 3, 36, 36), np.float32)
+    import torch
+
+    with torch.no_grad():
+        want, aux = model(torch.from_numpy(x), return_aux=True)
+    with OnnxRuntimeRunner(fp32) as run:
+        got = run.infer({"images": x})
+    assert np.abs(got["logits"] - want.numpy()).max() <= 1e-5
+    for i, r in enumerate(aux.routings):
+        ref = np.sort(r.clean_i.view(8, -1, r.clean_i.shape[-1]).numpy(), -1)
+        assert np.array_equal(np.sort(got[f"experts_{i}"].reshape(ref.shape), -1), ref), f"layer {i}"
+    rep = check(fp32, build=False, profile=named_profile("5.1"))
+    assert rep.ok and rep.profile == "jetpack-5.1" and "8.5-GA" in rep.table, rep.problems
+    # the check bites: one LayerNormalization injected into the 5.1 graph fails it, naming the op
+    from onnx import TensorProto, helper, numpy_helper
+
+    classes = graph.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+    graph.graph.initializer.extend([numpy_helper.from_array(np.ones(classes, np.float32), "ln_scale")])
+    graph.graph.node.append(helper.make_node("LayerNormalization", ["logits", "ln_scale"], ["normed"], name="ln"))
+    graph.graph.output.append(helper.make_tensor_value_info("normed", TensorProto.FLOAT, None))
+    onnx.save(graph, str(tmp_path / "injected.onnx"))
+    bad = check(tmp_path / "injected.onnx", build=False, profile=named_profile("5.1"))
+    assert not bad.ok and [p for p in bad.problems if p.startswith("LayerNormalization x1: TensorRT 8.5")], bad.problems
+    assert len(read_sidecar(fp16)["fp32_layers"]) > 19 * 9  # every node of the 19 decomposed LayerNorms, and more
+    pytest.importorskip("tensorrt_rtx")
+    from mlit_edge.engine.build import BuildRequest, run_build
+
+    built = run_build(BuildRequest(onnx=str(fp32), precision="fp32", target="tensorrt-rtx", out=str(tmp_path / "p"),
+                                   evaluate=False))
+    assert built.record["profile"]["name"] == "jetpack-5.1" and built.record["engine"]["flags"]["strongly_typed"]
