@@ -101,7 +101,9 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
         named = Path(req.out) / artifact_name(source.stem, "fp32", runtime=base.runtime)
         engine = Path(req.out) / artifact_name(source.stem, req.precision, ".plan") if runtime == "tensorrt" else None
     elif isinstance(req, ExportRequest):
-        note = None
+        from ..runtime.trt_env import jetson_tensorrt
+
+        note, trt_version = None, trt_version or jetson_tensorrt()  # on a Jetson its TensorRT decides
         target, runtime, frontend, profile, engine, probe = "tensorrt", "tensorrt", "onnx", None, None, req.probe
         precisions = ("fp32", *(p for p in ("fp16", "int8") if p in req.precisions))
         base, named = flavour("fp32", "tensorrt"), Path(req.out)

@@ -133,6 +133,17 @@ def jetson_module(path: str = "/proc/device-tree/model") -> str | None:
     return text[:200] or None
 
 
+def jetson_tensorrt() -> str | None:
+    """The TensorRT version of this machine when it is a Jetson (L4T) whose TensorRT imports; None elsewhere.
+    An export on the device takes that TensorRT's profile; a workstation exports for any JetPack."""
+    if not Path("/etc/nv_tegra_release").is_file():
+        return None
+    try:
+        return import_trt("tensorrt").__version__
+    except RuntimeError:
+        return None
+
+
 def local_env(target: str | None = None) -> DeviceEnv:
     """This machine, as an engine sees it. `target` picks the TensorRT flavour to report."""
     trt = None

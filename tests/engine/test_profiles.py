@@ -249,3 +249,20 @@ def test_an_export_for_jetpack_5_1_is_exact_checks_against_8_5_and_builds_with_t
     built = run_build(BuildRequest(onnx=str(fp32), precision="fp32", target="tensorrt-rtx", out=str(tmp_path / "p"),
                                    evaluate=False))
     assert built.record["profile"]["name"] == "jetpack-5.1" and built.record["engine"]["flags"]["strongly_typed"]
+
+
+def test_an_export_on_a_jetson_takes_its_tensorrts_profile(monkeypatch, tmp_path):
+    """On a Jetson the installed TensorRT decides the export's profile too; a flag naming another is refused."""
+    import mlit_edge.runtime.trt_env as trt_env
+    from mlit_edge.export.requests import ExportRequest
+    from mlit_edge.export.resolve import resolve_plan
+    from mlit_edge.export.source import Source
+    from mlit_edge.runtime.schema import ArtifactRecord
+
+    source = Source(ArtifactRecord.of({"model": {"size": "xxs"}}))
+    assert resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx")), source).device.name == DEFAULT  # a workstation
+    monkeypatch.setattr(trt_env, "jetson_tensorrt", lambda: "8.6.2.3")
+    plan = resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx")), source)
+    assert plan.device.name == "jetpack-6.0" and plan.opset == 17
+    with pytest.raises(ValueError, match="this machine's TensorRT is 8.6.2.3"):
+        resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx"), jetpack="6.2"), source)
