@@ -82,3 +82,16 @@ def export_tiny(path: Path, seed: int = 0) -> Path:
     info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
     export_onnx(model, path, info)
     return path
+
+
+def fake_plan(folder: Path, io, name: str = "fake") -> Path:
+    """A .plan whose bytes are no engine, with a sidecar recording `io` as engine.io (export-triton reads the
+    sidecar, never the engine): TensorRT is not needed to try what a sidecar can say."""
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    path = folder / f"{name}.plan"
+    path.write_bytes(b"not an engine")
+    write_sidecar(path, {"precision": "fp16", "classes": [str(i) for i in range(10)],
+                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"},
+                         "engine": {"flags": {"profile": {"max": 16}}, "io": io}})
+    return path

@@ -228,14 +228,9 @@ INJECTED = 'images" data_type: TYPE_FP32 dims: [ 1 ] } ] parameters { key: "k" v
 
 def _fake_plan(folder: Path, name: str, io) -> Path:
     """A .plan of bytes that are no engine, its sidecar recording `io` as engine.io (all export-triton reads)."""
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from tests.helpers import fake_plan
 
-    path = folder / f"{name}.plan"
-    path.write_bytes(b"not an engine")
-    write_sidecar(path, {"precision": "fp16", "classes": [str(i) for i in range(10)],
-                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"},
-                         "engine": {"flags": {"profile": {"max": 16}}, "io": io}})
-    return path
+    return fake_plan(folder, io, name)
 
 
 def _io(inputs="images", in_shape=(-1, 3, 36, 36), outputs=None) -> dict:

@@ -12,7 +12,7 @@ text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from tests.helpers import cli, tiny_model  # noqa: E402
+from tests.helpers import cli, tiny_model, fake_plan  # noqa: E402
 
 
 def model_config_pb2():
@@ -112,19 +112,6 @@ def named_onnx(folder: Path, inputs: str = "images", output: str = "logits", in_
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
     write_sidecar(path, {"precision": "fp32", "classes": [str(i) for i in range(10)],
                          "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
-    return path
-
-
-def fake_plan(folder: Path, io, name: str = "fake") -> Path:
-    """A .plan whose bytes are no engine, with a sidecar recording `io` as engine.io (export-triton reads the
-    sidecar, never the engine): TensorRT is not needed to try what a sidecar can say."""
-    from mlit_edge.runtime.sidecar import write_sidecar
-
-    path = folder / f"{name}.plan"
-    path.write_bytes(b"not an engine")
-    write_sidecar(path, {"precision": "fp16", "classes": [str(i) for i in range(10)],
-                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"},
-                         "engine": {"flags": {"profile": {"max": 16}}, "io": io}})
     return path
 
 
