@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -164,5 +165,12 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
             summary = run_stream(model_path, source, opts, out)
     else:
         summary = run_stream(model_path, source, opts)
-    if summary.get("signal"):
-        sys.exit(128 + summary["signal"])
+    code = 128 + summary["signal"] if summary.get("signal") else 0
+    if summary.get("stalled_at_close"):
+        # a thread is still inside OpenCV's read(): leaving through the interpreter's finalisation would run
+        # under it (an abort when the read returns then), so flush what was written and end the process now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)

@@ -146,7 +146,8 @@ def _label(p: Prediction | None, fps: float) -> str:
 
 def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = sys.stdout) -> dict:
     """Classify `uri`'s frames with the artifact `model`; JSON lines to `out`. Returns the summary, with
-    `signal` set when SIGINT or SIGTERM ended it."""
+    `signal` set when SIGINT or SIGTERM ended it, and `stalled_at_close` when a live source's read was still
+    blocked as it closed (its thread and capture live on until that read returns)."""
     source = parse_source(uri, *opts.camera)
     with Classifier.load(model) as clf, FrameReader(source) as reader, stop_on_signals(reader) as got:
         batch = opts.batch or clf.runner.static_batch or 1
@@ -192,4 +193,5 @@ def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = 
                 annotator.close()
         summary = stats.summary(reader)
         logger.info(status_line(summary, source.live))
-        return {**summary, "source": source.kind, "live": source.live, **got}
+    # after close(): whether a live read was still blocked then (the CLI then exits without finalising)
+    return {**summary, "source": source.kind, "live": source.live, "stalled_at_close": reader.stalled_at_close, **got}

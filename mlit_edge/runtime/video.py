@@ -6,7 +6,10 @@ and counted. A **live** source (a camera or a stream) is read by a thread of its
 newest frame: the classifier always gets the latest one, latency cannot grow with a backlog, and every
 frame replaced before it was taken is counted as dropped. A live source that stops delivering is
 reopened with a capped exponential backoff, forever, with a line each time, so a flaky camera never
-ends the process (nor crash-loops a service).
+ends the process (nor crash-loops a service). That thread owns the live capture: only it reads and
+releases it, since releasing a capture under another thread's read() crashes OpenCV (SIGSEGV or abort).
+`close()` waits `CLOSE_WAIT_S` for it; a read still blocked then (a stalled source) is left to return
+on its own, or to the process exit (`stalled_at_close`).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpe
 LIVE_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://")
 MAX_BAD_READS = 25  # consecutive failed reads that end a file (a truncated one) instead of skipping a frame
 BACKOFF_S = (0.5, 30.0)  # first and longest wait between reconnects of a live source
+CLOSE_WAIT_S = 5.0  # how long close() waits for a live source's read() to return
 
 
 class SourceError(InputError):
@@ -110,9 +114,11 @@ class FrameReader:
         self.source, self.cv2 = source, import_cv2()
         self.open_timeout_s = open_timeout_s
         self.dropped = self.corrupt = self.reconnects = self.read = 0
-        self.truncated = False
+        self.truncated = self.stalled_at_close = False
+        self._fps = 30.0
         self._stop = threading.Event()
-        self._cap = None
+        self._cap = None  # a file's capture; a live source's belongs to its thread (_live_cap)
+        self._live_cap = None
         self._latest: Frame | None = None
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -142,22 +148,24 @@ class FrameReader:
                     "gstreamer": "cannot open the pipeline (OpenCV needs GStreamer support: cv2.getBuildInformation())",
                     "stream": "cannot open the stream (unreachable, refused, or a format OpenCV cannot read)"}
             raise SourceError(f"{self.source.uri}: {what[self.source.kind]}")
+        fps = self._cap.get(self.cv2.CAP_PROP_FPS)  # read now: once a live thread reads it, nobody else may
+        self._fps = float(fps) if fps and 0 < fps < 1000 else 30.0
         if not self.source.live:
             ok, first = self._cap.read()
             if not ok:
                 self.close()
                 raise SourceError(f"{self.source.uri}: no frame decodes (an unsupported codec, or an empty file)")
             self._first = first
-        else:
-            self._thread = threading.Thread(target=self._grab_live, name="frame-grabber", daemon=True)
+        else:  # the thread owns the capture from here on
+            cap, self._cap = self._cap, None
+            self._thread = threading.Thread(target=self._grab_live, args=(cap,), name="frame-grabber", daemon=True)
             self._thread.start()
         return self
 
     @property
     def fps(self) -> float:
-        """The source's frame rate (30 where it does not say)."""
-        fps = self._cap.get(self.cv2.CAP_PROP_FPS) if self._cap is not None else 0.0
-        return float(fps) if fps and 0 < fps < 1000 else 30.0
+        """The source's frame rate (30 where it does not say), as it said when opened."""
+        return self._fps
 
     @property
     def frame_count(self) -> int | None:
@@ -199,21 +207,31 @@ class FrameReader:
                                "header lists: the file is truncated")
             return
 
-    def _grab_live(self) -> None:
+    def _grab_live(self, cap) -> None:
+        """The grabbing thread: reads, reconnects and finally releases `cap`, which no other thread touches."""
+        self._live_cap = cap
+        try:
+            self._grab()
+        finally:
+            if self._live_cap is not None:
+                self._live_cap.release()
+                self._live_cap = None
+
+    def _grab(self) -> None:
         index, start, wait = 0, time.perf_counter(), BACKOFF_S[0]
         while not self._stop.is_set():
-            ok, bgr = self._cap.read() if self._cap is not None else (False, None)
+            ok, bgr = self._live_cap.read() if self._live_cap is not None else (False, None)
             if not ok:
                 logger.warning(f"{self.source.uri}: no frame; reconnecting in {wait:g} s")
-                if self._cap is not None:
-                    self._cap.release()
-                    self._cap = None
+                if self._live_cap is not None:
+                    self._live_cap.release()
+                    self._live_cap = None
                 if self._stop.wait(wait):
                     break
                 wait = min(wait * 2, BACKOFF_S[1])
-                self._cap = self._capture()
+                self._live_cap = self._capture()
                 self.reconnects += 1
-                if self._cap is not None:
+                if self._live_cap is not None:
                     logger.warning(f"{self.source.uri}: reconnected")
                 continue
             wait = BACKOFF_S[0]
@@ -245,9 +263,15 @@ class FrameReader:
             self._cond.notify_all()
 
     def close(self) -> None:
+        """Stop; a file's capture is released here, a live one by its thread, which is given `CLOSE_WAIT_S`
+        to leave its read(); one still blocked then is left to the process exit, never released under it."""
         self.stop()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=CLOSE_WAIT_S)
+            if self._thread.is_alive():
+                self.stalled_at_close = True
+                logger.warning(f"{self.source.uri}: the source is stalled in a read; leaving it to return on its "
+                               "own (or to the process exit)")
         if self._cap is not None:
             self._cap.release()
             self._cap = None
