@@ -135,6 +135,9 @@ def serve(model_path, inbox, results, **kw) -> None:
 @click.option("--max-frames", default=None, type=click.IntRange(min=1), help="Stop after N classified frames.")
 @click.option("--camera", default="1280x720@30", show_default=True,
               help="A CSI camera's mode, WIDTHxHEIGHT@FPS.")
+@click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
+              help="Skip (and count as corrupt) frames with more pixels than this; a file whose stated frame size "
+                   "is larger is refused.")
 @user_errors
 def stream(source, output, model_path, results, camera, **kw) -> None:
     """Classify the frames of a video file, a camera or a stream (the embedded runtime, no torch).

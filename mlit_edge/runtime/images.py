@@ -19,6 +19,11 @@ from .messages import first_line
 DEFAULT_MAX_PIXELS = 50_000_000  # [ours] 50 MP: a 8660x5773 photo; the decoded RGB is 150 MB
 
 
+def pixel_limit(max_pixels: int) -> str:
+    """A pixel limit as a person reads it: "50.0 MP", or "1,000 px" below a tenth of one."""
+    return f"{max_pixels / 1e6:.1f} MP" if max_pixels >= 100_000 else f"{max_pixels:,} px"
+
+
 class InputError(ValueError):
     """Input the runtime will not classify: the message says what is wrong with it."""
 
