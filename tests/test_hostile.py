@@ -105,15 +105,14 @@ def test_serve_survives_a_slow_writer_a_vanishing_file_and_a_bomb(good, tmp_path
     inbox.mkdir()
     Image.fromarray(np.full((28, 28), 255, np.uint8)).save(tmp_path / "whole.jpg")
     jpeg = (tmp_path / "whole.jpg").read_bytes()
-    real_predict = serve.Classifier.predict
+    real_read = serve.read_claimed
 
-    def predict(self, images, top_k=1):
-        for f in images:  # "vanish.png" disappears between the listing and its processing
-            if isinstance(f, Path) and f.name == "vanish.png":
-                f.unlink()
-        return real_predict(self, images, top_k)
+    def read_claimed(claimed, label, max_pixels):
+        if label.name == "vanish.png":  # "vanish.png" disappears between its claim and its reading
+            claimed.unlink()
+        return real_read(claimed, label, max_pixels)
 
-    monkeypatch.setattr(serve.Classifier, "predict", predict)
+    monkeypatch.setattr(serve, "read_claimed", read_claimed)
 
     def writer():
         (inbox / "bomb.png").write_bytes(png_bomb())
@@ -153,14 +152,14 @@ def test_serve_keeps_serving_after_an_exception_with_an_empty_message(good, tmp_
     inbox.mkdir()
     for name in ("a-poison.png", "b-fine.png"):
         Image.fromarray(np.full((28, 28), 200, np.uint8)).save(inbox / name)
-    real_predict = serve.Classifier.predict
+    real_read = serve.read_claimed
 
-    def predict(self, images, top_k=1):
-        if any(isinstance(f, Path) and f.name == "a-poison.png" for f in images):
+    def read_claimed(claimed, label, max_pixels):
+        if label.name == "a-poison.png":
             raise error
-        return real_predict(self, images, top_k)
+        return real_read(claimed, label, max_pixels)
 
-    monkeypatch.setattr(serve.Classifier, "predict", predict)
+    monkeypatch.setattr(serve, "read_claimed", read_claimed)
     handled = serve.watch(art, inbox, tmp_path / "results.jsonl", interval_s=0.01, max_files=2, settle_s=0.0)
     rows = {r["path"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert handled == 2 and rows["a-poison.png"]["error"] == f"internal error: {type(error).__name__}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -134,6 +135,9 @@ def serve(model_path, inbox, results, **kw) -> None:
 @click.option("--max-frames", default=None, type=click.IntRange(min=1), help="Stop after N classified frames.")
 @click.option("--camera", default="1280x720@30", show_default=True,
               help="A CSI camera's mode, WIDTHxHEIGHT@FPS.")
+@click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
+              help="Skip (and count as corrupt) frames with more pixels than this; a file whose stated frame size "
+                   "is larger is refused.")
 @user_errors
 def stream(source, output, model_path, results, camera, **kw) -> None:
     """Classify the frames of a video file, a camera or a stream (the embedded runtime, no torch).
@@ -161,5 +165,12 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
         raise click.BadParameter(f"{camera!r}: expected WIDTHxHEIGHT@FPS, e.g. 1280x720@30", param_hint="--camera")
     opts = StreamOptions(output=output, results=results, camera=tuple(int(v) for v in mode.groups()), **kw)
     summary = run_stream(model_path, source, opts)  # it opens --results, once it is known not to be an input
-    if summary.get("signal"):
-        sys.exit(128 + summary["signal"])
+    code = 128 + summary["signal"] if summary.get("signal") else 0
+    if summary.get("stalled_at_close"):
+        # a thread is still inside OpenCV's read(): leaving through the interpreter's finalisation would run
+        # under it (an abort when the read returns then), so flush what was written and end the process now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)

@@ -10,12 +10,18 @@ modes without a defined RGB conversion are refused.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from .messages import first_line
 
 DEFAULT_MAX_PIXELS = 50_000_000  # [ours] 50 MP: a 8660x5773 photo; the decoded RGB is 150 MB
+
+
+def pixel_limit(max_pixels: int) -> str:
+    """A pixel limit as a person reads it: "50.0 MP", or "1,000 px" below a tenth of one."""
+    return f"{max_pixels / 1e6:.1f} MP" if max_pixels >= 100_000 else f"{max_pixels:,} px"
 
 
 class InputError(ValueError):
@@ -84,11 +90,18 @@ def load_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS, ke
     if not path.is_file():  # a FIFO or a device would block or never end: only regular files are read
         raise InputError(f"{path}: " + ("not a regular file (a folder, FIFO or device)" if path.exists()
                                         else "no such file"))
+    return decode_image(path, path, max_pixels, keep_grey)
+
+
+def decode_image(source: Path | BinaryIO, path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                 keep_grey: bool = False) -> np.ndarray:
+    """`load_image` of a regular file's path or of a binary file already open on one (read from its start;
+    left open); `path` names it in the errors."""
     Image = _pillow()
     from PIL import UnidentifiedImageError
 
     try:
-        with Image.open(path) as img:
+        with Image.open(source) as img:
             w, h = img.size
             if max_pixels is not None and w * h > max_pixels:
                 raise InputError(f"{path}: {w}x{h} is {w * h / 1e6:.1f} MP, over the limit of "

@@ -4,8 +4,11 @@ the results file or the folders around it.
 - **One server an inbox.** `lock` takes an exclusive `flock` on `inbox/.mlit-edge-serve.lock`; a second
   `serve` on the same inbox is refused in one line naming the first one's pid. The kernel drops the lock
   when its holder dies, kill -9 included.
-- **Claim, record, settle.** A file is renamed into `inbox/processing/ID--NAME` (atomic) before it is
-  classified, its row carries `"id": ID`, and only then is it moved to `done/` or `failed/`. After a kill
+- **Claim, read, record, settle.** A file is renamed into `inbox/processing/ID--NAME` (atomic) before it is
+  opened, and read from there, so a file renamed onto its name meanwhile is a new file, never classified
+  under the old one's row; the row carries `"id": ID` and the identity of the bytes read (inode, size,
+  mtime_ns, sha256), and only then is the file moved to `done/` or `failed/`. A file that may still be being
+  written goes back to the inbox (`give_back`, never over a file dropped under its name since). After a kill
   at any instant, `recover_claims` finds each claimed file: one whose ID is in the results file is settled, one
   whose ID is not goes back to the inbox to be classified. So no image gets two rows and none gets none.
 - **A file that cannot be settled** (done/ not writable, another file system) stays in `processing/`,
@@ -89,6 +92,38 @@ def claim(inbox: Path, f: Path) -> tuple[str, Path]:
     return claim_id, claimed
 
 
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def give_back(inbox: Path, claimed: Path, name: str) -> Path | None:
+    """Return an unrecorded claim to the inbox as `name`, never over a file dropped under that name since
+    (then as name-N); None, with one line, when it cannot be moved (`recover_claims` returns it later)."""
+    if not os.path.lexists(claimed):  # removed by someone else: nothing to give back
+        return None
+    dest = inbox / name
+    try:
+        os.link(claimed, dest)  # unlike a rename, a link never replaces what is there
+        os.unlink(claimed)
+        return dest
+    except FileExistsError:
+        if _same(claimed, dest):  # a kill between the link and the unlink: finish the move
+            os.unlink(claimed)
+            return dest
+    except OSError:
+        pass  # no hard links on this file system (vfat): a rename to a name free just before
+    try:
+        dest = free_name(inbox, name)
+        os.rename(claimed, dest)
+        return dest
+    except OSError as e:
+        say(f"cannot return {claimed.name} to the inbox ({e.strerror or e}); it stays in processing/")
+        return None
+
+
 def settle(inbox: Path, claimed: Path, name: str, where: str) -> Path | None:
     """Move a recorded claim to done/ or failed/ under its own name; None, with one log line, when it cannot
     be moved (it stays in processing/, recorded, and is not classified again)."""
@@ -125,12 +160,8 @@ def recover_claims(inbox: Path, log: "ResultsLog") -> int:
         if claim_id in recorded:  # the row's path is the whole name (the claimed one may be cut to fit)
             failed, recorded_name = recorded[claim_id]
             settle(inbox, path, recorded_name or name, "failed" if failed else "done")
-        else:
-            try:
-                os.rename(path, free_name(inbox, name))
-                returned += 1
-            except OSError as e:
-                say(f"cannot return {path.name} to the inbox ({e.strerror or e}); it stays in processing/")
+        elif give_back(inbox, path, name) is not None:
+            returned += 1
     if returned:
         say(f"{returned} file(s) claimed by a server that was stopped before recording them: classifying them "
             "again")

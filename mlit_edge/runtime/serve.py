@@ -7,20 +7,25 @@ it into place (`cp a.jpg inbox/.a.jpg && mv inbox/.a.jpg inbox/`). A file that d
 tried again until it has held still for `retry_s` (a slow writer may still be filling it), then
 moved to `failed/` with its reason; a file that vanishes is skipped; any other per-file failure is
 recorded and the file moved to `failed/`, so a bad file cannot crash the service in a loop. Each image
-gets exactly one row, across kill -9, a rotated results file and an unwritable `done/` (`inbox.py`).
+gets exactly one row, across kill -9, a rotated results file and an unwritable `done/` (`inbox.py`); a
+file is claimed (moved into processing/) before it is opened, and its row records the bytes classified.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable
 
+import numpy as np
+
 from .classifier import Classifier
 from .compat import is_relative_to
-from .images import DEFAULT_MAX_PIXELS, InputError
-from .inbox import FOLDERS, ResultsLog, claim, free_name, lock, make_folders, recover_claims, say, settle
+from .images import DEFAULT_MAX_PIXELS, InputError, decode_image
+from .inbox import FOLDERS, ResultsLog, claim, give_back, lock, make_folders, recover_claims, say, settle
 from .messages import typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
@@ -66,19 +71,45 @@ def _candidates(inbox: Path) -> list[tuple[Path, tuple[int, int]]]:
     return out
 
 
-def classify_file(clf: Classifier, f: Path, stable_for: float, retry_s: float) -> tuple[dict, str] | None:
-    """(result row, "done" | "failed"), or None when the file vanished or may still be being written."""
+def read_claimed(claimed: Path, label: Path, max_pixels: int | None) -> tuple[np.ndarray, dict]:
+    """A claimed file's pixels and the identity of the bytes they came from (inode, size, mtime_ns, sha256),
+    both through one descriptor, so the row describes exactly the file that was classified. InputError
+    (named `label`) for what is not an image, or a file that changed while it was read."""
+    fd = os.open(claimed, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put in its place must not block the open
+    with os.fdopen(fd, "rb") as fh:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise InputError(f"{label}: not a regular file (a folder, FIFO or device)")
+        image = decode_image(fh, label, max_pixels, keep_grey=True)
+        fh.seek(0)
+        digest = hashlib.sha256()
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+        after = os.fstat(fd)
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise InputError(f"{label}: changed while it was read")
+    return image, {"bytes": after.st_size, "inode": after.st_ino, "mtime_ns": after.st_mtime_ns,
+                   "sha256": digest.hexdigest()}
+
+
+def classify_file(clf: Classifier, claimed: Path, label: Path, stable_for: float,
+                  retry_s: float) -> tuple[dict, str] | None:
+    """(result row, "done" | "failed") for a claimed file, or None when it vanished or may still be being
+    written. `label` is its path in the inbox, for the row and the errors."""
     try:
-        pred = clf.predict([f])[0]
-        return {"path": f.name, "class_id": pred.class_id, "name": pred.name, "prob": pred.prob}, "done"
-    except InputError as e:
-        if not f.exists():
+        image, identity = read_claimed(claimed, label, clf.max_pixels)
+        pred = clf.predict([image])[0]
+        return {"path": label.name, "class_id": pred.class_id, "name": pred.name, "prob": pred.prob,
+                **identity}, "done"
+    except (InputError, OSError) as e:
+        if not claimed.exists():
             return None
         if stable_for < retry_s:
             return None  # perhaps still being written: try again on a later poll
-        return {"path": f.name, "error": str(e)}, "failed"
+        return {"path": label.name, "error": str(e) if isinstance(e, InputError) else
+                f"cannot read it: {e.strerror or e}"}, "failed"
     except Exception as e:  # anything else about this one file: record it, and keep serving
-        return {"path": f.name, "error": f"internal error: {typed_line(e, 200)}"}, "failed"
+        return {"path": label.name, "error": f"internal error: {typed_line(e, 200)}"}, "failed"
 
 
 def watch(model: str | Path, inbox: str | Path, results: str | Path, interval_s: float = 0.5,
@@ -120,13 +151,9 @@ def _serve(clf: Classifier, inbox: Path, log: ResultsLog, interval_s: float, max
         seen = {name: v for name, v in seen.items() if name in names}
         before = handled
         for f in ready:
-            outcome = classify_file(clf, f, now - seen[f.name][1], retry_s)
-            if outcome is None:
-                continue
-            row, where = outcome
-            try:
+            try:  # claimed before it is opened: a file renamed onto its name from now on is another file
                 claim_id, claimed = claim(inbox, f)
-            except FileNotFoundError:  # vanished after it was classified: nothing to record
+            except FileNotFoundError:  # vanished since the scan: nothing to record
                 continue
             except OSError as e:
                 if f.name not in stuck:
@@ -134,14 +161,16 @@ def _serve(clf: Classifier, inbox: Path, log: ResultsLog, interval_s: float, max
                         "unrecorded, until it changes")
                 stuck[f.name] = seen[f.name][0]
                 continue
+            outcome = classify_file(clf, claimed, f, now - seen[f.name][1], retry_s)
+            if outcome is None:
+                give_back(inbox, claimed, f.name)
+                continue
+            row, where = outcome
             try:
                 log.write({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **row, "id": claim_id})
             except OSError as e:  # e.g. a full disk: nothing of the row stays; give the file back for later
                 say(f"cannot record {f.name} ({e.strerror or e}); will retry")
-                try:
-                    os.rename(claimed, free_name(inbox, f.name))
-                except OSError:
-                    pass  # recover_claims() returns it at the next start
+                give_back(inbox, claimed, f.name)
                 continue
             settle(inbox, claimed, f.name, where)
             seen.pop(f.name, None)

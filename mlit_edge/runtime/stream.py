@@ -25,6 +25,7 @@ import numpy as np
 
 from .classifier import Classifier, Prediction
 from .clobber import check_file_folder, refuse_clobber
+from .images import DEFAULT_MAX_PIXELS
 from .sidecar import pending_path, sidecar_path
 from .video import Frame, FrameReader, SourceError, VideoSource, import_cv2, parse_source
 
@@ -43,6 +44,7 @@ class StreamOptions:
     status_s: float = 2.0  # seconds between status lines (0: none)
     max_frames: int | None = None  # stop after this many classified frames
     camera: tuple[int, int, int] = (1280, 720, 30)  # a CSI camera's width, height and fps
+    max_pixels: int | None = DEFAULT_MAX_PIXELS  # a larger frame is skipped and counted as corrupt
 
     def __post_init__(self) -> None:
         if self.every < 1 or (self.batch is not None and self.batch < 1) or self.top_k < 1:
@@ -87,7 +89,8 @@ class Stats:
 def status_line(s: dict, live: bool) -> str:
     p50 = "-" if s["latency_ms_p50"] is None else f"{s['latency_ms_p50']:.1f}"
     p99 = "-" if s["latency_ms_p99"] is None else f"{s['latency_ms_p99']:.1f}"
-    skipped = f"dropped {s['dropped']} (live: newest frame only)" if live else f"corrupt {s['corrupt']}"
+    skipped = (f"dropped {s['dropped']} (live: newest frame only)" + (f" | corrupt {s['corrupt']}" if s["corrupt"] else "")
+               if live else f"corrupt {s['corrupt']}")
     return (f"frames {s['frames_read']} | classified {s['classified']} | {s['fps']:.1f} FPS | latency p50 {p50} ms "
             f"p99 {p99} ms | {skipped}" + (f" | reconnects {s['reconnects']}" if s["reconnects"] else "")
             + (" | truncated file" if s["truncated"] else ""))
@@ -98,12 +101,16 @@ class Annotator:
 
     def __init__(self, path: str, fps: float) -> None:
         self.cv2, self.path, self.fps, self.writer = import_cv2(), path, fps, None
+        self.size = (0, 0)  # the writer's (width, height), set by the first frame
 
     def write(self, frame: Frame, label: str) -> None:
         cv2 = self.cv2
         bgr = cv2.cvtColor(frame.image, cv2.COLOR_RGB2BGR)
+        if self.writer is not None and bgr.shape[:2] != self.size[::-1]:  # an MJPEG part of another size
+            bgr = cv2.resize(bgr, self.size, interpolation=cv2.INTER_AREA)
         h, w = bgr.shape[:2]
         if self.writer is None:
+            self.size = (w, h)
             fourcc = cv2.VideoWriter_fourcc(*FOURCC[Path(self.path).suffix.lower()])
             self.writer = cv2.VideoWriter(self.path, fourcc, self.fps, (w, h))
             if not self.writer.isOpened():
@@ -172,7 +179,8 @@ def check_paths(model: str | Path, source: VideoSource, opts: StreamOptions) -> 
 
 def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = sys.stdout) -> dict:
     """Classify `uri`'s frames with the artifact `model`; JSON lines to `out` (or appended to `opts.results`).
-    Returns the summary, with `signal` set when SIGINT or SIGTERM ended it."""
+    Returns the summary, with `signal` set when SIGINT or SIGTERM ended it, and `stalled_at_close` when a live
+    source's read was still blocked as it closed (its thread and capture live on until that read returns)."""
     source = parse_source(uri, *opts.camera)
     check_paths(model, source, opts)
     if opts.results is None:
@@ -183,7 +191,8 @@ def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = 
 
 def _run(model: str | Path, source: VideoSource, opts: StreamOptions, out: IO[str]) -> dict:
     uri = source.uri
-    with Classifier.load(model) as clf, FrameReader(source) as reader, stop_on_signals(reader) as got:
+    with Classifier.load(model, max_pixels=opts.max_pixels) as clf, \
+            FrameReader(source, max_pixels=opts.max_pixels) as reader, stop_on_signals(reader) as got:
         batch = opts.batch or clf.runner.static_batch or 1
         annotator = Annotator(opts.output, reader.fps) if opts.output else None
         stats, last, last_status, pending = Stats(), None, time.perf_counter(), []
@@ -227,4 +236,5 @@ def _run(model: str | Path, source: VideoSource, opts: StreamOptions, out: IO[st
                 annotator.close()
         summary = stats.summary(reader)
         logger.info(status_line(summary, source.live))
-        return {**summary, "source": source.kind, "live": source.live, **got}
+    # after close(): whether a live read was still blocked then (the CLI then exits without finalising)
+    return {**summary, "source": source.kind, "live": source.live, "stalled_at_close": reader.stalled_at_close, **got}

@@ -2,83 +2,42 @@
 GStreamer pipelines, all decoded by OpenCV, which is imported here only, and only when a video source is used.
 
 A **file** is read frame by frame and every frame is handed on; a frame that does not decode is skipped
-and counted. A **live** source (a camera or a stream) is read by a thread of its own that keeps only the
+and counted, and so is a run of them, however long, when good frames follow (a run ends the file only at
+the header's frame count, or past `BAD_RUN_S` of video). A frame over `max_pixels` is skipped and counted
+the same way, by the capture's stated size before a file is read and by each decoded frame's shape; a
+live MJPEG stream over HTTP is read by `mjpeg.py`, which checks each JPEG's header before decoding. A **live** source (a camera or a stream) is read by a thread of its own that keeps only the
 newest frame: the classifier always gets the latest one, latency cannot grow with a backlog, and every
 frame replaced before it was taken is counted as dropped. A live source that stops delivering is
 reopened with a capped exponential backoff, forever, with a line each time, so a flaky camera never
-ends the process (nor crash-loops a service).
+ends the process (nor crash-loops a service). That thread owns the live capture: only it reads and
+releases it, since releasing a capture under another thread's read() crashes OpenCV (SIGSEGV or abort).
+`close()` waits `CLOSE_WAIT_S` for it; a read still blocked then (a stalled source) is left to return
+on its own, or to the process exit (`stalled_at_close`).
 """
 from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from .images import InputError
+from .images import DEFAULT_MAX_PIXELS, pixel_limit
+from .mjpeg import MjpegCapture, open_mjpeg
+from .sources import LIVE_SCHEMES, VIDEO_SUFFIXES, SourceError, VideoSource, csi_pipeline, parse_source
+
+__all__ = ["LIVE_SCHEMES", "VIDEO_SUFFIXES", "Frame", "FrameReader", "SourceError", "VideoSource", "csi_pipeline",
+           "import_cv2", "parse_source"]
 
 logger = logging.getLogger(__name__)
 
-VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".wmv", ".flv")
-LIVE_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://")
-MAX_BAD_READS = 25  # consecutive failed reads that end a file (a truncated one) instead of skipping a frame
+MAX_BAD_READS = 25  # failed reads after a file's header count (or without one) that end it
+BAD_RUN_S = 600.0  # [ours] a run of undecodable frames this long (in video time) ends a file: a header that lies
 BACKOFF_S = (0.5, 30.0)  # first and longest wait between reconnects of a live source
-
-
-class SourceError(InputError):
-    """A video source that cannot be opened or decoded: the message says which and why."""
-
-
-@dataclass(frozen=True)
-class VideoSource:
-    """What `cv2.VideoCapture` opens for a source the user named, and how it is read."""
-
-    uri: str  # as given
-    kind: str  # file | v4l2 | csi | stream | gstreamer
-    target: str | int  # a path, a device, a URL or a pipeline
-    api: str  # OpenCV's backend: any | v4l2 | gstreamer
-    live: bool  # newest frame only, drops counted; else every frame in order
-
-
-def csi_pipeline(sensor: int, width: int = 1280, height: int = 720, fps: int = 30) -> str:
-    """The GStreamer pipeline of a Jetson's MIPI CSI camera (`nvarguscamerasrc`), ending in BGR frames for
-    OpenCV's appsink, which keeps one buffer and drops the rest."""
-    return (f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM), width=(int){width}, "
-            f"height=(int){height}, framerate=(fraction){fps}/1 ! nvvidconv ! video/x-raw, format=(string)BGRx ! "
-            "videoconvert ! video/x-raw, format=(string)BGR ! appsink drop=true max-buffers=1")
-
-
-def parse_source(uri: str, width: int = 1280, height: int = 720, fps: int = 30) -> VideoSource:
-    """`csi://0`, `/dev/video0` or `v4l2:///dev/video0`, `rtsp://...`, `http(s)://...`, a GStreamer pipeline
-    (`gst://...` or any text with ` ! `), or a video file (`file://...` or a path). `width`, `height`
-    and `fps` are the CSI camera's mode. Raises SourceError for what is none of these."""
-    if uri.startswith("csi://"):
-        sensor = uri[len("csi://"):]
-        if not sensor.isdigit():
-            raise SourceError(f"{uri}: a CSI camera is csi://N, N the sensor id (csi://0)")
-        return VideoSource(uri, "csi", csi_pipeline(int(sensor), width, height, fps), "gstreamer", True)
-    if uri.startswith("v4l2://") or re.fullmatch(r"/dev/video\d+", uri):
-        device = uri[len("v4l2://"):] if uri.startswith("v4l2://") else uri
-        if not re.fullmatch(r"/dev/video\d+", device):
-            raise SourceError(f"{uri}: a V4L2 camera is /dev/videoN or v4l2:///dev/videoN")
-        return VideoSource(uri, "v4l2", device, "v4l2", True)
-    if uri.startswith(LIVE_SCHEMES):
-        return VideoSource(uri, "stream", uri, "any", True)
-    if uri.startswith("gst://") or " ! " in uri:
-        pipeline = uri[len("gst://"):] if uri.startswith("gst://") else uri
-        return VideoSource(uri, "gstreamer", pipeline, "gstreamer", "filesrc" not in pipeline)
-    path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
-    if not path.is_file():
-        raise SourceError(f"{uri} does not exist" if not path.exists() else f"{uri} is not a file")
-    if path.suffix.lower() not in VIDEO_SUFFIXES:
-        raise SourceError(f"{uri}: not a video file ({', '.join(VIDEO_SUFFIXES)}); images go to mlit-edge predict")
-    return VideoSource(uri, "file", str(path), "any", False)
+CLOSE_WAIT_S = 5.0  # how long close() waits for a live source's read() to return
 
 
 def import_cv2():
@@ -106,13 +65,16 @@ class FrameReader:
     """The frames of one source, as the module docstring says; `dropped`, `corrupt` and `reconnects` count
     what did not reach the caller. Use as a context manager; `stop()` ends the iteration early."""
 
-    def __init__(self, source: VideoSource, open_timeout_s: float = 10.0) -> None:
+    def __init__(self, source: VideoSource, open_timeout_s: float = 10.0,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
         self.source, self.cv2 = source, import_cv2()
-        self.open_timeout_s = open_timeout_s
+        self.open_timeout_s, self.max_pixels = open_timeout_s, max_pixels
         self.dropped = self.corrupt = self.reconnects = self.read = 0
-        self.truncated = False
+        self.truncated = self.stalled_at_close = False
+        self._fps = 30.0
         self._stop = threading.Event()
-        self._cap = None
+        self._cap = None  # a file's capture; a live source's belongs to its thread (_live_cap)
+        self._live_cap = None
         self._latest: Frame | None = None
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -121,6 +83,10 @@ class FrameReader:
 
     def _capture(self):
         cv2, src = self.cv2, self.source
+        if src.kind == "stream" and str(src.target).startswith(("http://", "https://")):
+            mjpeg = open_mjpeg(str(src.target), self.open_timeout_s, self.max_pixels, self._stop.is_set, cv2)
+            if mjpeg != "other":  # an MJPEG stream we read ourselves, or no answer (OpenCV would get none)
+                return mjpeg if isinstance(mjpeg, MjpegCapture) else None
         api = {"any": cv2.CAP_ANY, "v4l2": cv2.CAP_V4L2, "gstreamer": cv2.CAP_GSTREAMER}[src.api]
         params = []
         if src.kind == "stream":  # OpenCV's FFmpeg backend would otherwise wait 30 s on a dead host
@@ -142,22 +108,25 @@ class FrameReader:
                     "gstreamer": "cannot open the pipeline (OpenCV needs GStreamer support: cv2.getBuildInformation())",
                     "stream": "cannot open the stream (unreachable, refused, or a format OpenCV cannot read)"}
             raise SourceError(f"{self.source.uri}: {what[self.source.kind]}")
+        fps = self._cap.get(self.cv2.CAP_PROP_FPS)  # read now: once a live thread reads it, nobody else may
+        self._fps = float(fps) if fps and 0 < fps < 1000 else 30.0
         if not self.source.live:
+            self._check_stated_size()
             ok, first = self._cap.read()
             if not ok:
                 self.close()
                 raise SourceError(f"{self.source.uri}: no frame decodes (an unsupported codec, or an empty file)")
             self._first = first
-        else:
-            self._thread = threading.Thread(target=self._grab_live, name="frame-grabber", daemon=True)
+        else:  # the thread owns the capture from here on
+            cap, self._cap = self._cap, None
+            self._thread = threading.Thread(target=self._grab_live, args=(cap,), name="frame-grabber", daemon=True)
             self._thread.start()
         return self
 
     @property
     def fps(self) -> float:
-        """The source's frame rate (30 where it does not say)."""
-        fps = self._cap.get(self.cv2.CAP_PROP_FPS) if self._cap is not None else 0.0
-        return float(fps) if fps and 0 < fps < 1000 else 30.0
+        """The source's frame rate (30 where it does not say), as it said when opened."""
+        return self._fps
 
     @property
     def frame_count(self) -> int | None:
@@ -167,53 +136,107 @@ class FrameReader:
         n = int(self._cap.get(self.cv2.CAP_PROP_FRAME_COUNT))
         return n if n > 0 else None
 
+    def _check_stated_size(self) -> None:
+        """Refuse a file whose stated frame size is over the pixel limit: every frame would be decoded at it."""
+        cv2 = self.cv2
+        w, h = int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        if self.max_pixels is not None and w * h > self.max_pixels:
+            self.close()
+            raise SourceError(f"{self.source.uri}: its frames are {w}x{h}, over the limit of "
+                              f"{pixel_limit(self.max_pixels)} (raise it with --max-pixels)")
+
     # -- reading ---------------------------------------------------------------------------------------
+
+    def _skip(self, reason: str) -> None:
+        """Count a frame that is not handed on, with a line at the 1st, 10th, 100th... (the status line has the
+        count)."""
+        with self._cond:
+            self.corrupt += 1
+            n = self.corrupt
+        if str(n).strip("0") == "1":
+            logger.warning(f"{self.source.uri}: skipped {reason} ({n} frame{'s' if n > 1 else ''} skipped so far)")
+
+    def _usable(self, bgr: np.ndarray) -> bool:
+        """Whether a decoded frame is within the pixel limit; one that is not is skipped and counted."""
+        h, w = bgr.shape[:2]
+        if self.max_pixels is None or w * h <= self.max_pixels:
+            return True
+        self._skip(f"a {w}x{h} frame, over the limit of {pixel_limit(self.max_pixels)}")
+        return False
 
     def _rgb(self, bgr: np.ndarray) -> np.ndarray:
         return self.cv2.cvtColor(bgr, self.cv2.COLOR_BGR2RGB) if bgr.ndim == 3 else np.repeat(bgr[:, :, None], 3, 2)
 
     def _file_frames(self) -> Iterator[Frame]:
-        cap, bad, index, total = self._cap, 0, 0, self.frame_count
-        pending = self._first
+        cap, index, total, bad = self._cap, 0, self.frame_count, 0
+        pending, self._first = self._first, None
+        longest_run = max(MAX_BAD_READS, int(BAD_RUN_S * self.fps))
         while not self._stop.is_set():
-            if pending is not None:
-                ok, bgr, pending = True, pending, None
-            else:
-                ok, bgr = cap.read()
-            if ok:
+            ok, bgr = (True, pending) if pending is not None else cap.read()
+            pending = None
+            if not ok:  # read on through a run within the header's count; past it (or without one), a short run
+                if bad >= (longest_run if total is not None and index < total else MAX_BAD_READS):
+                    break
+                bad, index = bad + 1, index + 1
+                continue
+            if bad:  # a good frame after a run: the run was corrupt frames, not the end
+                self._skip_run(bad)
                 bad = 0
-                t = cap.get(self.cv2.CAP_PROP_POS_MSEC) / 1000.0
-                self.read += 1
-                yield Frame(index, t if t > 0 or index == 0 else index / self.fps, self._rgb(bgr), time.perf_counter())
-                index += 1
+            i, index = index, index + 1
+            if not self._usable(bgr):
                 continue
-            if total is not None and index < total and bad < MAX_BAD_READS:
-                bad += 1  # a frame that does not decode: skip it and count it, unless nothing decodes after it
-                self.corrupt += 1
-                index += 1
-                continue
-            if bad:  # failures that run to the end: the file stops short of what its header promised
-                self.truncated = True
-                self.corrupt -= bad
-                logger.warning(f"{self.source.uri}: nothing decodes after frame {index - bad - 1} of the {total} its "
-                               "header lists: the file is truncated")
-            return
+            t = cap.get(self.cv2.CAP_PROP_POS_MSEC) / 1000.0
+            self.read += 1
+            yield Frame(i, t if t > 0 or i == 0 else i / self.fps, self._rgb(bgr), time.perf_counter())
+        if not self._stop.is_set():  # stopped mid-run, the run says nothing of the file's end
+            self._end_of_file(index, total, bad)
 
-    def _grab_live(self) -> None:
+    def _skip_run(self, n: int) -> None:
+        for _ in range(n):
+            self._skip("a frame that does not decode")
+
+    def _end_of_file(self, index: int, total: int | None, bad: int) -> None:
+        """Failures that run to the end: within the frames the header lists they are counted (the file is cut
+        short or corrupt to its end); past them, or without a count, they are only the end of the file."""
+        listed = min(bad, max(0, (total or 0) - (index - bad)))
+        if listed:
+            self._skip_run(listed)
+            self.truncated = True
+            logger.warning(f"{self.source.uri}: nothing decodes after frame {index - bad - 1} of the {total} its "
+                           f"header lists: the file is truncated, or corrupt to its end ({listed} frames counted)")
+
+    def _grab_live(self, cap) -> None:
+        """The grabbing thread: reads, reconnects and finally releases `cap`, which no other thread touches."""
+        self._live_cap = cap
+        try:
+            self._grab()
+        finally:
+            if self._live_cap is not None:
+                self._live_cap.release()
+                self._live_cap = None
+
+    def _grab(self) -> None:
         index, start, wait = 0, time.perf_counter(), BACKOFF_S[0]
         while not self._stop.is_set():
-            ok, bgr = self._cap.read() if self._cap is not None else (False, None)
+            ok, bgr = self._live_cap.read() if self._live_cap is not None else (False, None)
+            if self._stop.is_set():
+                break
+            if ok and bgr is None:  # a part the MJPEG reader skipped, before decoding it
+                self._skip(self._live_cap.skip_reason)
+                continue
+            if ok and not self._usable(bgr):
+                continue
             if not ok:
                 logger.warning(f"{self.source.uri}: no frame; reconnecting in {wait:g} s")
-                if self._cap is not None:
-                    self._cap.release()
-                    self._cap = None
+                if self._live_cap is not None:
+                    self._live_cap.release()
+                    self._live_cap = None
                 if self._stop.wait(wait):
                     break
                 wait = min(wait * 2, BACKOFF_S[1])
-                self._cap = self._capture()
+                self._live_cap = self._capture()
                 self.reconnects += 1
-                if self._cap is not None:
+                if self._live_cap is not None:
                     logger.warning(f"{self.source.uri}: reconnected")
                 continue
             wait = BACKOFF_S[0]
@@ -245,9 +268,15 @@ class FrameReader:
             self._cond.notify_all()
 
     def close(self) -> None:
+        """Stop; a file's capture is released here, a live one by its thread, which is given `CLOSE_WAIT_S`
+        to leave its read(); one still blocked then is left to the process exit, never released under it."""
         self.stop()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=CLOSE_WAIT_S)
+            if self._thread.is_alive():
+                self.stalled_at_close = True
+                logger.warning(f"{self.source.uri}: the source is stalled in a read; leaving it to return on its "
+                               "own (or to the process exit)")
         if self._cap is not None:
             self._cap.release()
             self._cap = None

@@ -248,3 +248,83 @@ def test_a_backlog_of_10000_files_is_polled_in_one_scan(tmp_path, monkeypatch):
         (inbox / f"{i:05d}.png").write_bytes(b"")
     files = serve._candidates(inbox)
     assert len(files) == 10_000 and files[0][0].name == "00000.png" and files[0][1][0] == 0
+
+
+class HeightClassifier:
+    """A stand-in model whose class is the image's height, so a row names the image it was made from;
+    `hook` runs after each prediction (the moment the file has been read)."""
+
+    max_pixels = None
+
+    def __init__(self, hook) -> None:
+        self.hook = hook
+
+    def __enter__(self) -> "HeightClassifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def predict(self, images, top_k: int = 1):
+        from mlit_edge.runtime.classifier import Prediction
+        from mlit_edge.runtime.images import load_image
+
+        arrays = [load_image(x, keep_grey=True) if isinstance(x, (str, Path)) else x for x in images]
+        self.hook()
+        return [Prediction(a.shape[0], str(a.shape[0]), 1.0, []) for a in arrays]
+
+
+@pytest.mark.parametrize("moment", ["after the read", "before the claim"])
+def test_a_file_renamed_onto_a_name_being_read_gets_its_own_row(tmp_path, monkeypatch, moment):
+    """A big a.png is being read when a small digit is renamed onto a.png (the documented way to drop a file):
+    each row's class and sha256 must be those of the file moved to done/ under it (the row used to carry the
+    big image's class, and done/a.png was the small digit, never classified)."""
+    import hashlib
+
+    from mlit_edge.runtime import serve
+
+    inbox, results = tmp_path / "inbox", tmp_path / "results.jsonl"
+    inbox.mkdir()
+    Image.fromarray(np.full((300, 300), 90, np.uint8)).save(inbox / "a.png")
+    Image.fromarray(np.full((28, 28), 200, np.uint8)).save(tmp_path / "small.png")
+    swapped = []
+
+    def swap() -> None:  # at most once: the small digit renamed onto the name being served
+        if not swapped:
+            swapped.append(True)
+            os.rename(tmp_path / "small.png", inbox / "a.png")
+
+    hook = swap if moment == "after the read" else lambda: None
+    monkeypatch.setattr(serve, "Classifier", type("Fake", (), {"load": staticmethod(
+        lambda *a, **k: HeightClassifier(hook))}))
+    if moment == "before the claim":  # between the poll's stat of a.png and its rename into processing/
+        real_claim = serve.claim
+        monkeypatch.setattr(serve, "claim", lambda inbox, f: (swap(), real_claim(inbox, f))[1])
+    while serve._candidates(inbox):
+        serve.watch("model.onnx", inbox, results, interval_s=0.01, max_files=1, settle_s=0)
+    got = rows(results)
+    done = [inbox / "done" / name for name in ("a.png", "a-1.png")][:len(got)]
+    assert swapped and all(p.exists() for p in done)
+    assert [r["class_id"] for r in got] == [Image.open(p).height for p in done], "a row names another file"
+    assert [r["sha256"] for r in got] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in done]
+    assert [r["bytes"] for r in got] == [p.stat().st_size for p in done]
+
+
+def test_a_claim_given_back_never_replaces_a_file_dropped_under_its_name(tmp_path):
+    """A file that may still be being written goes back to the inbox; one renamed onto its name meanwhile stays,
+    and a kill between give_back's link and unlink leaves one file, not two names for it."""
+    from mlit_edge.runtime import inbox as ib
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    ib.make_folders(inbox)
+    (inbox / "a.png").write_bytes(b"first")
+    _, claimed = ib.claim(inbox, inbox / "a.png")
+    (inbox / "a.png").write_bytes(b"second")
+    assert ib.give_back(inbox, claimed, "a.png") == inbox / "a-1.png"
+    assert (inbox / "a.png").read_bytes() == b"second" and (inbox / "a-1.png").read_bytes() == b"first"
+    _, claimed = ib.claim(inbox, inbox / "a-1.png")
+    os.link(claimed, inbox / "a-1.png")  # as if killed between the link and the unlink
+    assert ib.give_back(inbox, claimed, "a-1.png") == inbox / "a-1.png"
+    assert not list((inbox / "processing").iterdir()) and sorted(p.name for p in inbox.glob("*.png")) == [
+        "a-1.png", "a.png"]
