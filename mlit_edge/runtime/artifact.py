@@ -76,7 +76,7 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
 def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
     import onnxruntime
 
-    from .graph_scan import check_graph
+    from .graph_scan import check_graph, default_opset
     from .runners import OnnxRuntimeRunner
     from .schema import ArtifactRecord, check_onnxruntime, check_record
     from .sidecar import read_sidecar
@@ -88,7 +88,7 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
             raise
         record = {}
     check_record(record, path)
-    check_onnxruntime(record, onnxruntime.__version__, path)
+    check_onnxruntime(record, onnxruntime.__version__, path, default_opset(content))
     check_graph(content, path)
     runner = OnnxRuntimeRunner(path, threads=options.threads, providers=list(options.providers or []) or None,
                                expose_routing=options.routing, mem_arena=options.ort_arena, content=content,

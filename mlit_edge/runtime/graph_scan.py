@@ -19,7 +19,8 @@ PROBABILITIES = ("Softmax", "LogSoftmax", "Sigmoid")
 PASS_THROUGH = ("Identity", "Cast")  # ops that leave a value's meaning as it was
 
 # field numbers in onnx.proto (ModelProto.graph, GraphProto.node, NodeProto.*, AttributeProto.*)
-_MODEL_GRAPH, _GRAPH_NODE = 7, 1
+_MODEL_GRAPH, _GRAPH_NODE, _MODEL_OPSET = 7, 1, 8
+_OPSET_DOMAIN, _OPSET_VERSION = 1, 2
 _NODE_INPUT, _NODE_OUTPUT, _NODE_OP, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 2, 4, 5, 7
 _ATTR_GRAPH, _ATTR_GRAPHS = 6, 11
 
@@ -101,6 +102,27 @@ def nodes(content: bytes) -> list[Node]:
                     node.subgraph |= any(a in (_ATTR_GRAPH, _ATTR_GRAPHS) for a, _, _ in _fields(buf, nstart, nend))
             out.append(node)
     return out
+
+
+def default_opset(content: bytes) -> int | None:
+    """The graph's own opset import of the default domain (ModelProto.opset_import), read from its bytes."""
+    buf = memoryview(content)
+    for field, start, end in _fields(buf, 0, len(buf)):
+        if field != _MODEL_OPSET:
+            continue
+        domain, version, i = "", None, start
+        while i < end:  # OperatorSetIdProto: domain (1, string), version (2, varint)
+            key, i = _varint(buf, i, end)
+            if key >> 3 == _OPSET_DOMAIN and key & 7 == 2:
+                n, i = _varint(buf, i, end)
+                domain, i = _text(buf, i, i + n), i + n
+            elif key >> 3 == _OPSET_VERSION and key & 7 == 0:
+                version, i = _varint(buf, i, end)
+            else:
+                return None  # not the shape an opset import has: leave the decision to ONNX Runtime
+        if domain in ("", "ai.onnx"):
+            return version
+    return None
 
 
 def onnxruntime_ops(ops: Iterable[tuple[str, str]]) -> dict[str, int]:

@@ -217,11 +217,20 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
 
-def check_onnxruntime(record: dict, installed: str, path: str | Path) -> None:
+# the oldest ONNX Runtime measured to load a graph of this opset (1.22.1 cannot load opset 23; 1.23.2 can:
+# docs/measurements.md, the ONNX Runtime flavour)
+OPSET_NEEDS = {23: "1.23"}
+
+
+def check_onnxruntime(record: dict, installed: str, path: str | Path, opset: int | None = None) -> None:
     """Refuse, in one line and before the session is made, an artifact whose graph needs a newer ONNX
-    Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23)."""
+    Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23). `opset`: the graph's
+    own opset import, so a sidecar that lost its `onnxruntime.requires` is no way past the check."""
     rec = ArtifactRecord.of(record)
     need = rec.ort_requires
+    by_opset = max((v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k), default=None, key=_version)
+    if by_opset and (need is None or _version(by_opset) > _version(need)):
+        need = by_opset
     if need and _version(installed) < _version(need):
         op = rec.attention_op or "its ops"
         raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "

@@ -22,7 +22,16 @@ def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.M
     """A model by size, as timm's `create_model`: `create_model("xxs", num_classes=10)` is a new, random mLiT;
     `pretrained=True` the size's shipped classifier (`mlit-edge pretrained`); `pretrained="xxs-mnist5k-mae"`
     (or any shipped NAME) that model, an MMLiT for a masked auto-encoder. A shipped model takes no overrides.
+    Sizes are case-insensitive, as `new_model`'s are; anything else is a one-line error.
     """
+    from ..model.config import SIZES
+
+    if not isinstance(size, str):
+        raise TypeError(f"create_model: the size is {size!r}; give one of {', '.join(SIZES)}")
+    size = size.lower()
+    if pretrained == "" or not isinstance(pretrained, (bool, str)):
+        raise ValueError(f"create_model: pretrained={pretrained!r}; give True (the size's shipped classifier), a "
+                         "shipped NAME (mlit-edge pretrained lists them), or False for random weights")
     if not pretrained:
         return new_model(size, **overrides)
     if overrides:

@@ -63,3 +63,27 @@ def test_malformed_bytes_are_one_line(content):
 
 def test_an_empty_graph_has_no_nodes():
     assert nodes(_model([])) == []
+
+
+def test_the_version_gate_reads_the_graphs_own_opset_when_the_sidecar_lost_its_requires(tmp_path, monkeypatch):
+    """Round 3: with `onnxruntime.requires` removed from the sidecar, an ONNX Runtime too old for the graph's
+    opset-23 import ran it. The graph's own opset import now decides too, from its bytes."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from mlit_edge.runtime.artifact import open_artifact
+    from mlit_edge.runtime.graph_scan import default_opset
+    from mlit_edge.runtime.schema import SidecarError
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    graph = helper.make_graph([helper.make_node("Identity", ["images"], ["logits"])], "g",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 10])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])])
+    path = tmp_path / "m-fp32-ort.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("com.microsoft", 1),
+                                                               helper.make_opsetid("", 23)]).SerializeToString())
+    assert default_opset(path.read_bytes()) == 23
+    write_sidecar(path, {"precision": "fp32", "runtime": "onnxruntime"})  # no onnxruntime.requires
+    monkeypatch.setattr(onnxruntime, "__version__", "1.22.1")
+    with pytest.raises(SidecarError, match="needs ONNX Runtime 1.23 or newer"):
+        open_artifact(path)

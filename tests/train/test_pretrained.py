@@ -123,3 +123,17 @@ def test_finetune_run_folder_is_named_after_the_encoders_size():
 
     run = RunConfig.for_task("finetune", None, init_from="pretrained:xxs-mnist5k-mae")
     assert run.out == "runs/finetune-xxs-mnist5k" and run.size == "xxs"
+
+
+def test_create_model_refuses_what_is_no_size_or_pretrained_spec_in_one_line():
+    """Round 3: `create_model("XXS", pretrained=True)` said the size does not ship while `create_model("XXS")`
+    worked; `create_model(None)` and `create_model(3)` raised AttributeError; `pretrained=""` gave random weights."""
+    from mlit_edge import create_model
+
+    assert create_model("XXS", pretrained=True).cfg == create_model("xxs", pretrained=True).cfg
+    for size in (None, 3):
+        with pytest.raises(TypeError, match="the size is"):
+            create_model(size)
+    for spec in ("", 1.5):
+        with pytest.raises(ValueError, match="pretrained="):
+            create_model("xxs", pretrained=spec)
