@@ -78,14 +78,14 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
 
 def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, final_record: ArtifactRecord, trt) -> dict:
     """The serialized engine of `final`, through TensorRT's ONNX parser or torch-tensorrt."""
-    strongly = plan.target == "tensorrt-rtx" or plan.device is None or plan.device.strongly_typed
+    strongly = plan.strongly_typed
     if not strongly and req.frontend == "onnx":
         logger.info(f"[build] {plan.device.describe()}: EXPLICIT_BATCH, builder flags for {req.precision}, "
                     f"{len(final_record.fp32_layers)} ONNX nodes pinned to fp32 (OBEY_PRECISION_CONSTRAINTS)")
     elif plan.target == "tensorrt-rtx" and plan.device is not None and not plan.device.strongly_typed:
         logger.info(f"note: TensorRT-RTX builds strongly typed only: this plan shows that the {plan.device.name} graph "
                     f"parses and builds; the Jetson builds its own, weakly typed (mlit-edge build --onnx on it)")
-    opts = BuildOptions(plan.profile or req.profile, req.workspace, req.timing_cache, req.dla_core, strongly,
+    opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core, strongly,
                         req.precision, final_record.fp32_layers)
     if plan.frontend == "torch-tensorrt":
         from ..export.static import to_deploy

@@ -215,13 +215,19 @@ def format_report(rep: Report) -> str:
     return "\n".join(lines)
 
 
-def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0) -> dict:
-    """Parse and build a strongly typed engine; returns layers, build time and engine size, or the
-    parser's errors verbatim. Returns the serialized engine under "engine" when the build succeeds."""
+def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0, precision: str = "fp32",
+              fp32_layers: tuple[str, ...] = ()) -> dict:
+    """Parse and build an engine the way the installed TensorRT builds (strongly typed on TensorRT >= 10 and
+    TensorRT-RTX, weakly on 8.x: `runtime.profiles.installed_profile`); returns layers, build time and engine
+    size, or the parser's errors verbatim. Returns the serialized engine under "engine" when it builds."""
+    from ..runtime.profiles import installed_profile
+
     trt = trt or import_trt()
     if trt is None:
         raise RuntimeError("no TensorRT here: pip install 'mlit-edge[trt-check]' (TensorRT-RTX) or use JetPack's")
-    result = build_serialized(path, trt, BuildOptions(BATCH_PROFILE, workspace_gib))
+    strongly = trt.__name__ != "tensorrt" or installed_profile(trt.__version__).strongly_typed
+    result = build_serialized(path, trt, BuildOptions(BATCH_PROFILE, workspace_gib, strongly_typed=strongly,
+                                                      precision=precision, fp32_layers=fp32_layers))
     if result["ok"]:
         result["engine_bytes"] = len(result["engine"])
     return result
@@ -230,12 +236,14 @@ def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0) -> dict:
 def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = None) -> Report:
     """Static checks (against `profile`'s operator table when given), plus a real TensorRT parse and build
     where a TensorRT module imports."""
-    from ..runtime.schema import SidecarError, check_runtime
+    from ..runtime.schema import ArtifactRecord, SidecarError, check_runtime
     from ..runtime.sidecar import read_sidecar
 
     rep = static_checks(path, profile)
+    record = ArtifactRecord.of({})
     try:
-        check_runtime(read_sidecar(path, verify_hash=False), "tensorrt", path)
+        record = ArtifactRecord.of(read_sidecar(path, verify_hash=False))
+        check_runtime(record, "tensorrt", path)
     except FileNotFoundError:
         pass  # a foreign ONNX: the graph alone decides
     except SidecarError as e:
@@ -250,7 +258,7 @@ def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = 
         rep.notes.append("no tensorrt / tensorrt_rtx installed: parse and build skipped "
                          "(pip install 'mlit-edge[trt-check]')")
     else:
-        result = trt_build(path, trt)
+        result = trt_build(path, trt, precision=record.precision, fp32_layers=record.fp32_layers)
         result.pop("engine", None)
         rep.build = result
     return rep

@@ -4,8 +4,9 @@ plan names, each measured and published with its sidecar. `mlit-edge export` is 
 build` is this plus the engine step (`engine.build`), with the same options (`requests.ExportOptions`).
 
 The request is resolved once into a `BuildPlan` (`resolve.resolve_plan`); this module carries it out.
-What one step hands the next is the artifact it made (`variants.Variant`: path, typed record, parsed
-graph) and the data already decoded (`variants.Inputs`), so each file is hashed, read and parsed once.
+What one step hands the next is the artifact it made (`handoff.Variant`: path, typed record, parsed
+graph) and the data already decoded (`handoff.HeldOut`, `variants.Inputs`), so each file is hashed, read and
+parsed once.
 """
 from __future__ import annotations
 

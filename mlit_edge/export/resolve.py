@@ -59,6 +59,12 @@ class BuildPlan:
     device: DeviceProfile | None = None  # the TensorRT profile (runtime.profiles); None for ONNX Runtime
 
     @property
+    def strongly_typed(self) -> bool:
+        """How the engine is built: strongly typed on TensorRT >= 10 and TensorRT-RTX (which has nothing else),
+        weakly (builder flags, fp32 pins) for a TensorRT 8.x profile."""
+        return self.target == "tensorrt-rtx" or self.device is None or self.device.strongly_typed
+
+    @property
     def outputs(self) -> tuple[Path, ...]:
         """Every file the run writes (checked before any work: none replaces another source's artifact)."""
         fp32 = () if self.from_onnx else (self.fp32,)

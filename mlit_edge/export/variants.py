@@ -24,23 +24,16 @@ from .handoff import HeldOut, Variant
 
 logger = logging.getLogger(__name__)
 
-def evaluate_onnx(path: str | Path, dataset: str, split: str = "test", data_root: str | Path = "data",
-                  batch: int = 250, held_out: HeldOut | None = None, content: bytes | None = None) -> dict:
-    """Top-1 of an ONNX classifier on a dataset split through ONNX Runtime (eval preprocessing).
-    `held_out`: the test split already decoded."""
+def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content: bytes | None = None) -> dict:
+    """Top-1 of an ONNX classifier on a dataset's held-out split (decoded once per command) through ONNX
+    Runtime; `content`: the graph's bytes when the caller holds them."""
     from ..runtime.runners import OnnxRuntimeRunner, predict_all
 
-    if held_out is not None and split == "test":
-        images, labels, name = held_out.labelled()
-    else:
-        from ..train.data import load_dataset
-
-        ds = load_dataset(dataset, split, data_root)
-        images, labels, name = ds.inputs(), ds.labels.numpy(), ds.name
+    images, labels, name = held_out.labelled()
     with OnnxRuntimeRunner(path, content=content) as run:
         logits, _ = predict_all(run, images, batch)
     correct = int((logits.argmax(-1) == labels).sum())
-    return {"dataset": name, "split": split, "images": int(len(labels)), "top1": correct / max(1, len(labels))}
+    return {"dataset": name, "split": "test", "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
 
 def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
@@ -64,7 +57,7 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
         logger.info(routing_report(parity, rec.precision))
     if evaluate and dataset and not rec.random_weights:
         content = proto.SerializeToString() if proto is not None else None
-        out["accuracy"] = acc = evaluate_onnx(path, dataset, "test", data_root, held_out=held_out, content=content)
+        out["accuracy"] = acc = evaluate_onnx(path, held_out, content=content)
         logger.info(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, "
                     f"ONNX Runtime): {acc['top1']:.4f}")
     elif step is not None:

@@ -70,19 +70,22 @@ TENSORRTS = {"8.5": "jetpack-5.1", "8.6": "jetpack-6.0", "10.3": "jetpack-6.2", 
 
 
 def trt_major_minor(version: str) -> Tuple[int, int]:
-    """"8.5.2.2" -> (8, 5); a one-line ValueError for anything else."""
-    found = re.match(r"^\s*(\d+)\.(\d+)", str(version))
+    """"8.5.2.2", "10.3.0.30", "10.13" -> (major, minor); a one-line ValueError for anything else (the one
+    runtime's parser of TensorRT versions; engine.trt_sources keeps the same rule in its own
+    `parse_version` because it loads standalone, as a file, under JetPack 5's Python 3.8)."""
+    found = re.match(r"^\s*v?(\d+)\.(\d+)(?:[.\-+\w]*)\s*$", str(version))
     if not found:
-        raise ValueError(f"not a TensorRT version: {version!r}")
+        raise ValueError(f"not a TensorRT version: {version!r} (expected e.g. '8.6.2' or '10.3.0.30')")
     return int(found.group(1)), int(found.group(2))
 
 
 def named_profile(jetpack: Optional[str] = None, tensorrt: Optional[str] = None) -> Optional[DeviceProfile]:
     """The profile `--jetpack X` (or its alias `--tensorrt Y`) names; None when neither is given."""
-    if jetpack and tensorrt and TENSORRTS.get(tensorrt) != f"jetpack-{jetpack}" \
-            and PROFILES.get(TENSORRTS.get(tensorrt, ""), PROFILES[DEFAULT]).tensorrt \
-            != PROFILES.get(f"jetpack-{jetpack}", PROFILES[DEFAULT]).tensorrt:
-        raise ValueError(f"--jetpack {jetpack} and --tensorrt {tensorrt} name different TensorRTs; give one")
+    if jetpack and tensorrt:
+        by_jetpack, by_tensorrt = named_profile(jetpack=jetpack), named_profile(tensorrt=tensorrt)
+        if by_jetpack is None or by_tensorrt is None or by_jetpack.tensorrt != by_tensorrt.tensorrt:
+            raise ValueError(f"--jetpack {jetpack} and --tensorrt {tensorrt} name different TensorRTs; give one")
+        return by_jetpack
     if jetpack:
         if f"jetpack-{jetpack}" not in PROFILES:
             raise ValueError(f"--jetpack {jetpack!r}: choose from {', '.join(JETPACKS)}")

@@ -204,7 +204,7 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         raise bad("runtime", record["runtime"], f"one of {', '.join(RUNTIMES)}")
 
 
-def check_runtime(record: dict, runtime: str, path: str | Path) -> None:
+def check_runtime(record: Mapping[str, Any], runtime: str, path: str | Path) -> None:
     """Refuse, in one line, to hand an artifact made for one runtime to another (an INT8 graph tuned
     for ONNX Runtime's CPU kernels is not TensorRT's QDQ recipe)."""
     made_for = record.get("runtime", "any")
@@ -227,11 +227,9 @@ def check_onnxruntime(record: dict, installed: str, path: str | Path, opset: int
     Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23). `opset`: the graph's
     own opset import, so a sidecar that lost its `onnxruntime.requires` is no way past the check."""
     rec = ArtifactRecord.of(record)
-    need = rec.ort_requires
-    by_opset = max((v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k), default=None, key=_version)
-    if by_opset and (need is None or _version(by_opset) > _version(need)):
-        need = by_opset
-    if need and _version(installed) < _version(need):
+    needs = [v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k] + [rec.ort_requires or "0.0"]
+    need = max(needs, key=_version)
+    if _version(installed) < _version(need):
         op = rec.attention_op or "its ops"
         raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "
                            "pip install -U onnxruntime, or build the portable graph for it (mlit-edge export)")

@@ -266,3 +266,15 @@ def test_an_export_on_a_jetson_takes_its_tensorrts_profile(monkeypatch, tmp_path
     assert plan.device.name == "jetpack-6.0" and plan.opset == 17
     with pytest.raises(ValueError, match="this machine's TensorRT is 8.6.2.3"):
         resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx"), jetpack="6.2"), source)
+
+
+def test_check_builds_the_way_the_installed_tensorrt_builds(tmp_path):
+    """`mlit-edge check` on a Jetson with TensorRT 8.5 builds weakly typed (a strongly typed try would be refused
+    there), with the precision's flags and the sidecar's fp32 layers."""
+    from mlit_edge.engine.check import trt_build
+
+    trt = _FakeTRT()
+    result = trt_build(tmp_path / "m.onnx", trt, precision="fp16", fp32_layers=("node_Gemm_3",))
+    assert result["ok"] and result["flags"]["strongly_typed"] is False
+    assert trt.created_with == 1 << trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH
+    assert trt.BuilderFlag.FP16 in trt.set_flags
