@@ -1,4 +1,4 @@
-"""Commands of the model and training stages: info, train, pretrain, finetune, eval, quickstart."""
+"""Commands of the model and training stages: info, train, pretrain, finetune, eval, export-weights, quickstart."""
 from __future__ import annotations
 
 import json
@@ -154,6 +154,23 @@ def eval_(as_json: bool, **kw) -> None:
 
     result = evaluate_checkpoint(**kw)
     click.echo(json.dumps(result, indent=2) if as_json else format_evaluation(result))
+
+
+@click.command("export-weights")
+@click.argument("checkpoint")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="The folder for model.safetensors and config.json (created if missing).")
+@click.option("--force", is_flag=True, help="Replace a model.safetensors or config.json already in --out.")
+@user_errors
+def export_weights(checkpoint: str, out: str, force: bool) -> None:
+    """A checkpoint (or pretrained:NAME) as model.safetensors + config.json, for sharing: the weights with no
+    pickle, and the config, classes, preprocessing and provenance (the checkpoint's sha256). Training state
+    (optimizer, epoch counters for --resume) stays in the .pt."""
+    from ..train.export_weights import export_weights as write
+
+    config = write(checkpoint, out, force)
+    click.echo(f"{out}: model.safetensors ({config['weights']['bytes']} bytes, sha256 "
+               f"{config['weights']['sha256'][:12]}) and config.json, from {checkpoint}")
 
 
 @click.command()

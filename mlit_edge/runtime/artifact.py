@@ -122,5 +122,5 @@ class Format:
 FORMATS: dict[str, Format] = {
     "tensorrt": Format("tensorrt", (".plan", ".engine", ".trt"), open_plan),
     "onnxruntime": Format("onnxruntime", (".onnx",), open_onnx),
-    "torch": Format("torch", (".pt", ".pth"), None),
+    "torch": Format("torch", (".pt", ".pth", ".safetensors"), None),  # .safetensors: train.weights_file
 }

@@ -16,6 +16,7 @@ from torch import nn
 from .. import __version__
 from ..model.config import MAEConfig, MLiTConfig
 from ..runtime.messages import first_line
+from .weights_file import checkpoint_fields, is_safetensors
 
 FORMAT = "mlit-edge-checkpoint"
 FORMAT_VERSION = 1
@@ -106,12 +107,15 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     bomb = _declared_size_problem(content)
     if bomb:
         raise CheckpointError(f"refused {path}: {bomb}")
-    try:
-        ckpt = torch.load(io.BytesIO(content), map_location=map_location, weights_only=True)
-    except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
-        first = first_line(e)
-        raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
-                              f"{type(e).__name__}: {first[:200]})") from None
+    if is_safetensors(content):  # a weights pair (model.safetensors + config.json): no pickle, no torch.load
+        ckpt = _from_weights(path, content)
+    else:
+        try:
+            ckpt = torch.load(io.BytesIO(content), map_location=map_location, weights_only=True)
+        except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
+            first = first_line(e)
+            raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
+                                  f"{type(e).__name__}: {first[:200]})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"refused {path}: not an mlit-edge checkpoint (no '{FORMAT}' marker)")
     if not isinstance(ckpt.get("format_version"), int) or ckpt["format_version"] > FORMAT_VERSION:
@@ -128,6 +132,15 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
         msg = str(e.args[0] if isinstance(e, KeyError) else e)
         raise CheckpointError(f"refused {path}: its config is invalid ({msg})") from None
     return ckpt
+
+
+def _from_weights(path: Path, content: bytes) -> dict:
+    """The checkpoint dict of a `model.safetensors` and the `config.json` beside it (a shipped model's config
+    checked against the sha256 its index records, as its weights were), for the checks every checkpoint gets."""
+    from .pretrained import shipped_config
+
+    fields = checkpoint_fields(path, content, shipped_config(path, content))
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, **fields}
 
 
 def _declared_size_problem(content: bytes) -> str | None:

@@ -1,10 +1,11 @@
 """The pretrained models that ship inside the package, made by the project's own commands: mLiT
 classifiers by `mlit-edge train`, mmLiT masked auto-encoders (to fine-tune) by `mlit-edge pretrain`.
 
-Each is a weights-only checkpoint in `mlit_edge/weights/` listed in `index.json` with its sha256,
-the exact command that produced it and its metrics. Anywhere a checkpoint is taken,
-`pretrained:NAME` names one; its bytes are checked against the recorded sha256 before they are
-loaded, so a changed file is refused in one line. Maintainers add one with
+Each is a weights pair in `mlit_edge/weights/NAME/` (`model.safetensors` and `config.json`, written by
+`weights_file`), listed in `index.json` with the sha256 of both files, the exact command that produced it
+and its metrics. Anywhere a checkpoint is taken, `pretrained:NAME` names one; both files are checked
+against their recorded sha256 before the weights are loaded (with safetensors, never torch.load), so a
+changed file is refused in one line. Maintainers add one with
 `python tools/publish_pretrained.py RUN_DIR NAME --command "mlit-edge train ..."` (or "... pretrain ...").
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+
+from .weights_file import CONFIG_FILE, read_config
 
 PREFIX = "pretrained:"
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -61,18 +64,38 @@ def entry_of(spec: str | Path) -> dict:
     return models[name]
 
 
-def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
-    """The file and bytes of a pretrained model, once their sha256 matches the recorded one."""
-    entry = entry_of(spec)
-    path = WEIGHTS / entry["file"]
+def _checked(spec: str | Path, path: Path, sha256: str) -> bytes:
+    """The bytes of one file of a pretrained model, once their sha256 matches the recorded one."""
     try:
         content = path.read_bytes()
     except OSError as e:
         raise PretrainedError(f"{spec}: cannot read {path} ({e.strerror or e}); reinstall mlit-edge") from None
-    if hashlib.sha256(content).hexdigest() != entry["sha256"]:
+    if hashlib.sha256(content).hexdigest() != sha256:
         raise PretrainedError(f"{spec}: {path} does not match its recorded sha256 (the file was changed or "
                               "damaged); reinstall mlit-edge")
+    return content
+
+
+def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
+    """The weights file (`NAME/model.safetensors`) and bytes of a pretrained model, once its sha256 and its
+    `config.json`'s match the recorded ones (so a changed config is refused as a changed weights file is)."""
+    entry = entry_of(spec)
+    path = WEIGHTS / entry["file"]
+    content = _checked(spec, path, entry["sha256"])
+    _checked(spec, path.parent / CONFIG_FILE, entry["config_sha256"])
     return path, content
+
+
+def shipped_config(weights: Path, content: bytes) -> bytes:
+    """The `config.json` beside a `model.safetensors` whose bytes are `content`; for a shipped model, both
+    checked against the sha256s the index records (loading it by path gets the same check as `pretrained:NAME`)."""
+    for name, entry in index().items():
+        if (WEIGHTS / entry["file"]).resolve() == Path(weights).resolve():
+            if hashlib.sha256(content).hexdigest() != entry["sha256"]:
+                raise PretrainedError(f"{PREFIX}{name}: {weights} does not match its recorded sha256 (the file "
+                                      "was changed or damaged); reinstall mlit-edge")
+            return _checked(PREFIX + name, Path(weights).parent / CONFIG_FILE, entry["config_sha256"])
+    return read_config(Path(weights))
 
 
 def describe_spec(spec: str | Path) -> str:

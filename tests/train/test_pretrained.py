@@ -1,5 +1,6 @@
-"""The pretrained models that ship in the package (the mLiT classifier and the mmLiT auto-encoder): listed,
-loaded with their sha256 checked, refused when changed, `create_model(..., pretrained=...)`, and
+"""The pretrained models that ship in the package (the mLiT classifier and the mmLiT auto-encoder, each a
+model.safetensors + config.json pair): listed, loaded with both sha256s checked and without torch.load, refused
+when either file is changed, `create_model(..., pretrained=...)`, and
 `--random-weights` beside them (README, "Pretrained models")."""
 import json
 import shutil
@@ -66,21 +67,60 @@ def test_create_model_by_size_or_shipped_name():
 
 
 @pytest.mark.parametrize("name", [NAME, MAE])
-def test_a_changed_weights_file_is_refused_in_one_line(tmp_path, monkeypatch, name):
+@pytest.mark.parametrize("changed", ["model.safetensors", "config.json"])
+def test_a_changed_weights_or_config_file_is_refused_in_one_line(tmp_path, monkeypatch, name, changed):
+    """Both files of a shipped pair are checked against the index: a changed config (another class list, other
+    preprocessing) is refused as a changed weights file is, by `pretrained:NAME` and by its path alike."""
     weights = tmp_path / "weights"
     shutil.copytree(pretrained.WEIGHTS, weights)
     monkeypatch.setattr(pretrained, "WEIGHTS", weights)
     monkeypatch.setattr(pretrained, "INDEX", weights / "index.json")
     load_checkpoint(name)  # the intact copy loads
-    file = weights / pretrained.entry_of(name)["file"]
+    file = (weights / pretrained.entry_of(name)["file"]).parent / changed
     data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0x01
     file.write_bytes(bytes(data))
-    with pytest.raises(pretrained.PretrainedError, match="does not match its recorded sha256") as err:
-        load_checkpoint(name)
-    assert "\n" not in str(err.value)
+    for spec in (name, file.parent / "model.safetensors"):
+        with pytest.raises(pretrained.PretrainedError, match=f"{changed} does not match its recorded sha256") as err:
+            load_checkpoint(spec)
+        assert "\n" not in str(err.value)
     with pytest.raises(pretrained.PretrainedError, match="no such pretrained model"):
         load_checkpoint("pretrained:nope")
+
+
+def test_the_shipped_models_load_without_torch_load(monkeypatch):
+    """`pretrained:NAME`, `create_model(..., pretrained=...)` and `finetune --from` read the safetensors pair: the
+    pickle loader is never called on that path."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mlit_edge import MLiT, create_model
+    from mlit_edge.train import fit
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.load was called on a shipped model")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    ckpt, sha = read_checkpoint(NAME, kind="mlit")
+    assert sha == pretrained.entry_of(NAME)["sha256"] and ckpt["data"]["classes"] == list("0123456789")
+    assert isinstance(create_model("xxs", pretrained=True), MLiT)
+    assert create_model("xxs", pretrained="xxs-mnist5k-mae").encoder.cfg.dim == 108
+    run = fit.RunConfig.for_task("finetune", None, init_from=MAE)
+    model, kind, cfg, _ = fit.build_model(run, SimpleNamespace(classes=list("0123456789")))
+    assert kind == "mlit" and cfg.num_classes == 10 and fit.encoder_size(MAE) == "xxs"
+
+
+def test_the_shipped_pairs_record_their_provenance():
+    """Each config.json names the checkpoint its weights came from and that file's sha256 (the .pt the model
+    shipped as before safetensors), and the weights file's own sha256, which the index repeats."""
+    for spec in (NAME, MAE):
+        entry = pretrained.entry_of(spec)
+        config = json.loads((pretrained.WEIGHTS / entry["file"]).with_name("config.json").read_text())
+        assert config["weights"]["sha256"] == entry["sha256"] and config["kind"] == entry.get("kind", "mlit")
+        prov = config["provenance"]
+        assert prov["checkpoint"].endswith(".pt") and len(prov["checkpoint_sha256"]) == 64
+        assert config["data"]["classes"] == entry["classes"] and len(config["data"]["mean"]) == 3
 
 
 @pytest.mark.slow
