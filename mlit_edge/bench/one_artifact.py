@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from ..runtime.runners import Runner
 from .options import ORT_PROVIDERS, BenchConfig, Reference
 from .fidelity import fidelity
 from .host import nvmap_mb, peak_rss_mb, rss_mb
+from .power import PowerSampler
 from .stats import time_runner
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,11 @@ def _onnx_precision(content: bytes) -> str:
         return json.loads(meta.get("mlit_edge", "{}")).get("precision", "?")
     except Exception:  # not ours, or not parseable: the precision is unknown
         return "?"
+
+
+def _label(path: Path) -> str:
+    """The name a table row shows: the file's, or for a weights pair (NAME/model.safetensors) its folder's."""
+    return path.parent.name if path.name == "model.safetensors" else path.name
 
 
 def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
@@ -70,11 +77,12 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
     if runner.device_memory_bytes is not None:  # a GPU runner; on Jetson NvMap tells what it really mapped
         nv = nvmap_mb()
         device_mb = nv - nv_before if nv is not None and nv_before is not None else runner.device_memory_bytes / 2 ** 20
-    entry = {"artifact": str(path), "label": path.name, "format": runner.name, "precision": precision,
+    entry = {"artifact": str(path), "label": _label(path), "format": runner.name, "precision": precision,
              "size_mb": path.stat().st_size / 2 ** 20, "load_rss_mb": rss_mb() - before, "device_mb": device_mb,
              "settings": runner.settings, "notes": notes, "accuracy": None, "latency": {}, "isolated": cfg.isolate}
     # timing first: the run memory is then the timed runner's alone, before the fidelity pass's runner
     rng = np.random.default_rng(0)
+    power = PowerSampler.start()  # tegrastats on a Jetson (its idle draw first); None elsewhere: no power fields
     for b in cfg.batches:
         if runner.static_batch and b != runner.static_batch:
             notes.append(f"batch {b} skipped: the graph has a fixed batch of {runner.static_batch}")
@@ -88,9 +96,13 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         except ValueError as e:  # e.g. a batch outside a TensorRT profile
             notes.append(f"batch {b}: {e}")
             continue
+        if power is not None:  # the readings of the timed calls alone, which ended just now
+            notes += power.add_to(stats, time.perf_counter(), b)
         stats["run_rss_mb"] = rss_mb() - before  # what this artifact holds after this batch
         stats["peak_rss_mb"] = peak_rss_mb()
         entry["latency"][str(b)] = stats
+    if power is not None:
+        power.stop()
     if images is not None:
         from ..runtime.runners import predict_all
 

@@ -5,6 +5,8 @@ import json
 import logging
 from pathlib import Path
 
+from . import power
+
 logger = logging.getLogger(__name__)
 
 
@@ -17,7 +19,8 @@ def row(entry: dict, batch: int, stats: dict) -> dict:
             "agreement": acc.get("agreement"), "routing_agreement": (min(ra) if ra else None),
             "p50_ms": stats["median"], "p99_ms": stats["p99"], "fps": stats["throughput"],
             "gpu_p50_ms": (stats.get("gpu_compute") or {}).get("median"),
-            "run_rss_mb": stats["run_rss_mb"], "load_rss_mb": entry["load_rss_mb"], "device_mb": entry["device_mb"]}
+            "run_rss_mb": stats["run_rss_mb"], "load_rss_mb": entry["load_rss_mb"], "device_mb": entry["device_mb"],
+            **power.row_fields(stats)}  # on a Jetson only: absent, not zero, elsewhere
 
 
 def format_bench(report: dict) -> str:
@@ -33,6 +36,9 @@ def format_bench(report: dict) -> str:
              f(r["agreement"], ".4f"), f(r["routing_agreement"], ".4f"), f(r["p50_ms"], ".3f"),
              f(r["p99_ms"], ".3f"), f(r["fps"], ".0f"), f"+{r['load_rss_mb']:.0f} / +{r['run_rss_mb']:.0f}"]
             for r in report["rows"]]
+    if any("board_w" in r for r in report["rows"]):  # measured on a Jetson (bench.power)
+        head += power.HEAD
+        rows = [row + power.cells(r) for row, r in zip(rows, report["rows"])]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
     lines += ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
@@ -48,6 +54,8 @@ def format_bench(report: dict) -> str:
                  + ("(each artifact in its own process; process peak in the JSON)" if isolated else
                     "(in one process: later artifacts reuse freed memory, so theirs read low)")
                  + ("; ONNX Runtime's CPU arena off" if cfg.get("ort_arena") is False else ""))
+    if power.footnote(report):
+        lines.append(power.footnote(report))
     for a in report["artifacts"]:
         if a.get("device_mb") is not None:
             lines.append(f"device memory: {a['label']}: {a['device_mb']:.1f} MB")

@@ -57,7 +57,9 @@ def time_runner(infer: Callable[[], object], batch: int, warmup_ms: float = 200.
                 break
         elif len(samples) >= min_iters and time.perf_counter() - t0 >= duration_s:
             break
-    stats = latency_stats(samples, batch, time.perf_counter() - t0)
+    wall_s = time.perf_counter() - t0
+    stats = latency_stats(samples, batch, wall_s)
+    stats["wall_s"] = wall_s  # the timed calls' wall time: what energy per image is integrated over (bench.power)
     stats["warmup_iterations"] = n
     if gpu:
         stats["gpu_compute"] = {k: v for k, v in latency_stats(gpu, batch).items() if k != "throughput"}
