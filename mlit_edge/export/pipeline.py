@@ -109,13 +109,14 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
     return Variant(plan.fp32, ArtifactRecord.of(rec))
 
 
-def run_export(req: ExportRequest) -> list[Path]:
+def run_export(req: ExportRequest, source: Source | None = None) -> list[Path]:
     """`mlit-edge export`: the fp32 export, checked against PyTorch, and the variants asked for beside it
-    (TensorRT's flavour); returns their paths."""
+    (TensorRT's flavour); returns their paths. `source`: the request's source when the caller already
+    opened it (`mlit_edge.api.Model`)."""
     out = Path(req.out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    source = open_source(req)
+    source = source or open_source(req)
     plan = resolve_plan(req, source)
     with export_stage(plan, source, req) as exported:
         return [exported.variants[p].path for p in plan.precisions]

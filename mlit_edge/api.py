@@ -1,0 +1,127 @@
+"""The Python API, one line per step, over the stage functions the CLI calls (no second pipeline):
+
+    import mlit_edge
+    m = mlit_edge.load("pretrained:xxs-mnist5k")          # or a checkpoint path
+    onnx = m.export(precision="fp16", jetpack="6.2")       # the artifact's path and record
+    report = mlit_edge.bench([onnx, m])                     # the same table as the CLI
+    with mlit_edge.Classifier.load(onnx) as clf: clf.predict(["a.jpg"])
+
+`load` opens the source `mlit-edge export --checkpoint` opens (`export.source.open_source`); `Model.export`
+and `Model.build` make the request the CLI makes (`ExportRequest`, `BuildRequest`: the same defaults, the same
+validation and messages) and call `run_export` / `run_build` with that source; `bench` (`bench.call`, so that
+the `mlit_edge.bench` package is the callable) calls the CLI's `bench_and_save` with the CLI's defaults. The artifacts they return are `os.PathLike`, so `bench`, the
+runtime's `Classifier.load` and anything that takes a path take them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .bench.call import Report, bench  # the API's bench is the bench stage's own call
+from .runtime.schema import ArtifactRecord
+
+__all__ = ["Artifact", "Model", "Report", "bench", "load"]
+SOURCE_FIELDS = ("checkpoint", "size", "num_classes", "random_weights")  # fixed by `load`, not by `export`
+
+
+@dataclass(frozen=True)
+class Artifact(os.PathLike):
+    """A built artifact (an .onnx or .plan): its path and its sidecar's typed record."""
+
+    path: Path
+    record: ArtifactRecord
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Artifact":
+        from .runtime.schema import read_record
+
+        return cls(Path(path), read_record(Path(path)))
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def _request(cls, where: str, spec: str, kw: dict[str, Any]):
+    """`cls` (a request dataclass) from keywords, as the CLI makes it: unknown ones refused in one line,
+    JetPack and TensorRT releases taken as numbers too, the request's own validation."""
+    valid = sorted(f.name for f in fields(cls) if f.name not in SOURCE_FIELDS)
+    unknown = sorted(set(kw) - set(valid))
+    if unknown:
+        raise TypeError(f"{where}: unknown keyword {', '.join(unknown)}; valid: {', '.join(valid)}")
+    for name in ("jetpack", "tensorrt"):
+        if isinstance(kw.get(name), (int, float)) and not isinstance(kw[name], bool):
+            kw[name] = str(kw[name])  # jetpack=6.2 is "6.2"
+    return cls(checkpoint=spec, **kw)
+
+
+class Model:
+    """A trained checkpoint or a shipped `pretrained:NAME`, opened once as the export stage's source."""
+
+    def __init__(self, spec: str, source: Any) -> None:
+        self.spec = spec
+        self.source = source  # export.source.Source: the model and the record its artifacts carry
+
+    @property
+    def record(self) -> ArtifactRecord:
+        return self.source.record
+
+    @property
+    def module(self) -> Any:
+        """The PyTorch classifier (eval mode)."""
+        return self.source.model
+
+    def export(self, **kw: Any) -> Artifact | list[Artifact]:
+        """`mlit-edge export`: the fp32 ONNX, checked against PyTorch, and the variant asked for beside it
+        (`precision="fp16"` returns that artifact; `precisions=("fp16", "int8")` a list, one per precision).
+        Keywords are `ExportRequest`'s (`out`, `jetpack`, `opset`, `batch`, `calib_data`, ...)."""
+        from .export.pipeline import run_export
+        from .export.requests import ExportRequest
+
+        single = "precision" in kw
+        if single:
+            if "precisions" in kw:
+                raise TypeError("export: give precision= or precisions=, not both")
+            if not isinstance(kw["precision"], str) or "," in kw["precision"]:
+                raise ValueError(f"export: precision={kw['precision']!r} is one precision; give precisions=(...) "
+                                 "for several")
+            kw["precisions"] = (kw.pop("precision"),)
+        elif isinstance(kw.get("precisions"), str):
+            kw["precisions"] = tuple(p.strip() for p in kw["precisions"].split(",") if p.strip())
+        req = _request(ExportRequest, "export", self.spec, kw)
+        made = {a.record.precision: a for a in map(Artifact.read, run_export(req, self.source))}
+        asked = [made[p] for p in req.precisions]  # the plan makes the fp32 ONNX too; return what was asked for
+        return asked[0] if single else asked
+
+    def build(self, **kw: Any) -> Artifact:
+        """`mlit-edge build`: the export, then the engine (a TensorRT .plan, or the ONNX for ONNX Runtime where
+        TensorRT is absent). Keywords are `BuildRequest`'s (`precision`, `target`, `out`, `jetpack`, ...)."""
+        from .engine.build import run_build
+        from .export.calibration import default_cache_dir
+        from .export.requests import BuildRequest
+
+        kw.setdefault("calib_cache", str(default_cache_dir()))  # the CLI's default (--no-calib-cache: None)
+        return Artifact.read(run_build(_request(BuildRequest, "build", self.spec, kw), self.source).artifact)
+
+    def __fspath__(self) -> str:
+        """Its checkpoint, as every command that takes one names it (a path, or `pretrained:NAME`): how
+        `mlit_edge.bench([..., model])` benches the PyTorch model and takes it as the reference."""
+        return self.spec
+
+    def __repr__(self) -> str:
+        return f"mlit_edge.Model({self.spec!r}: mLiT-{(self.record.size or '?').upper()})"
+
+
+def load(spec: str | os.PathLike) -> Model:
+    """A model to export and bench: a checkpoint path (`.pt`, or a `model.safetensors` with its config.json)
+    or `pretrained:NAME` (`mlit-edge pretrained` lists them)."""
+    from .export.requests import ExportOptions
+    from .export.source import open_source
+
+    spec = os.fspath(spec)
+    return Model(spec, open_source(ExportOptions(checkpoint=spec)))
+

@@ -1,0 +1,54 @@
+"""`mlit-edge bench` as a Python call (`mlit_edge.bench([...])`): the CLI's `bench_and_save` with the CLI's
+defaults, returning a `Report` whose `print` is the CLI's table."""
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from typing import Any, Iterable, List, Optional, Union
+
+from .options import BenchConfig, provider_names
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Report:
+    """What `mlit-edge bench` measured: `print(report)` shows the CLI's table, `.rows` its rows and `.data`
+    the whole report (what `--json` writes)."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    @property
+    def rows(self) -> List[dict]:
+        return self.data["rows"]
+
+    def __str__(self) -> str:
+        from .report import format_bench
+
+        return format_bench(self.data)
+
+    def __repr__(self) -> str:
+        return f"mlit_edge.bench.Report({len(self.rows)} rows)"
+
+
+def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optional[PathLike] = None,
+          **kw: Any) -> Report:
+    """Bench `artifacts`: paths, `pretrained:NAME`, or anything `os.PathLike` (the API's artifacts and models:
+    a model's path is its checkpoint). Keywords are `BenchConfig`'s, with the CLI's defaults (each artifact in
+    its own process, ONNX Runtime on the CPU); `providers` may be the CLI's "cpu,cuda"; `json` and `plot` are
+    the CLI's --json and --plot."""
+    from .suite import bench_and_save
+
+    valid = sorted(f.name for f in fields(BenchConfig))
+    unknown = sorted(set(kw) - set(valid))
+    if unknown:
+        raise TypeError(f"bench: unknown keyword {', '.join(unknown)}; valid: {', '.join(valid + ['json', 'plot'])}")
+    kw.setdefault("isolate", True)  # the CLI's --isolate
+    providers = kw.get("providers", "cpu")
+    kw["providers"] = provider_names(providers) if isinstance(providers, str) else providers
+    if kw.get("iterations") is not None:
+        kw["duration_s"] = None  # exactly N calls, as the CLI's --iterations
+    if isinstance(kw.get("batches"), int):
+        kw["batches"] = (kw["batches"],)
+    paths = [os.fspath(a) for a in ([artifacts] if isinstance(artifacts, (str, os.PathLike)) else artifacts)]
+    return Report(bench_and_save(paths, BenchConfig(**kw), json, plot))

@@ -1,0 +1,68 @@
+"""The Python API (mlit_edge/api.py): the README's example run as written, and its one-line errors."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ENV, ROOT
+
+
+def _readme_example() -> str:
+    """The code block of the README's "Python API" section, exactly as the README shows it."""
+    section = (ROOT / "README.md").read_text().split("## Python API", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_import_stays_light():
+    """`import mlit_edge` and naming the API import neither torch nor ONNX; `mlit_edge.bench` stays callable
+    once the bench package is imported."""
+    code = ("import sys, mlit_edge; mlit_edge.load, mlit_edge.Classifier, mlit_edge.Model\n"
+            "import mlit_edge.bench.suite\n"
+            "assert callable(mlit_edge.bench), type(mlit_edge.bench)\n"
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_unknown_keywords_and_bad_values_are_one_line_errors(tmp_path):
+    import mlit_edge
+
+    m = mlit_edge.Model("pretrained:xxs-mnist5k", source=None)  # refused before the source is used
+    with pytest.raises(TypeError, match=r"export: unknown keyword colour; valid: .*jetpack.*precisions") as err:
+        m.export(colour="red")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="--jetpack|JetPack"):
+        m.export(precision="fp16", jetpack="9.9")
+    with pytest.raises(ValueError, match="is one precision"):
+        m.export(precision="fp16,int8")
+    with pytest.raises(TypeError, match="bench: unknown keyword speed; valid: .*duration_s"):
+        mlit_edge.bench([tmp_path / "x.onnx"], speed=3)
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_as_written(tmp_path):
+    """The example in a fresh interpreter in an empty folder (with the digit a.jpg it classifies), then what it
+    made: the fp16 ONNX for JetPack 6.2 as `mlit-edge export --precision fp16 --jetpack 6.2` makes it, the CLI's
+    table for it and the shipped model, and the prediction."""
+    from mlit_edge.train.data import load_dataset
+    from PIL import Image
+
+    ds = load_dataset("mnist5k", "test", "data")
+    Image.fromarray(ds.hwc(slice(0, 1))[0]).save(tmp_path / "a.jpg", quality=95)
+    check = """
+from mlit_edge.bench.report import format_bench
+assert onnx.path.name == "model-fp16.onnx" and onnx.record.precision == "fp16", onnx
+assert onnx.record.profile == "jetpack-6.2" and (onnx.path.parent / "model.onnx").is_file()
+assert str(report) == format_bench(report.data)
+assert {r["artifact"] for r in report.rows} == {"model-fp16.onnx", "xxs-mnist5k"}
+assert all(r["top1"] > 0.97 for r in report.rows)
+with mlit_edge.Classifier.load(onnx) as clf: print("prediction", clf.predict(["a.jpg"])[0].name)
+print(report)
+"""
+    proc = subprocess.run([sys.executable, "-c", _readme_example() + check], cwd=tmp_path, capture_output=True,
+                          text=True, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"prediction {ds.classes[int(ds.labels[0])]}" in proc.stdout
+    assert "model-fp16.onnx  onnxruntime  fp16" in proc.stdout
