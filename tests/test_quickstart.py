@@ -52,7 +52,7 @@ def test_quickstart_default_starts_from_the_pretrained_model(tmp_path):
     assert "INFO:mlit_edge" not in proc.stderr  # each progress line once, as written (no root-logger echo)
     report = json.loads((tmp_path / "qs" / "bench.json").read_text())
     by = {a["label"]: a for a in report["artifacts"]}
-    assert set(by) == {"mlit-xxs-fp32-ort.onnx", "mlit-xxs-fp16.onnx", "mlit-xxs-int8-ort.onnx", "xxs-mnist5k.pt"}
+    assert set(by) == {"mlit-xxs-fp32-ort.onnx", "mlit-xxs-fp16.onnx", "mlit-xxs-int8-ort.onnx", "xxs-mnist5k"}
     fp32, int8 = by["mlit-xxs-fp32-ort.onnx"]["accuracy"], by["mlit-xxs-int8-ort.onnx"]["accuracy"]
     assert fp32["top1"] >= 0.98 and fp32["agreement"] == 1.0 and min(fp32["routing_agreement"]) == 1.0
     assert abs(int8["top1_delta"]) <= 0.01 and all(a["reference_match"] for a in report["artifacts"])
