@@ -66,3 +66,31 @@ print(report)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"prediction {ds.classes[int(ds.labels[0])]}" in proc.stdout
     assert "model-fp16.onnx  onnxruntime  fp16" in proc.stdout
+
+
+
+@pytest.mark.slow  # two exports and a build: about 10 s on the 2-core machine
+def test_export_and_build_of_a_checkpoint_path(tmp_path):
+    """`load` of a checkpoint path; `export(precisions=...)` returns one artifact per precision asked for,
+    `build` the artifact `mlit-edge build` makes, both paths that the runtime takes."""
+    import os
+
+    import numpy as np
+
+    import mlit_edge
+    from mlit_edge.train.checkpoint import make_checkpoint, save_atomic
+    from tests.helpers import tiny_model
+
+    model = tiny_model()  # 36 px, 10 classes: the embedded digits' shape, so the export measures on them
+    meta = {"name": "mnist5k", "classes": [str(i) for i in range(10)], "mean": [0.1307] * 3, "std": [0.3081] * 3,
+            "img_size": 36}
+    save_atomic(make_checkpoint("mlit", model, model.cfg, None, meta), tmp_path / "c.pt")
+    m = mlit_edge.load(tmp_path / "c.pt")
+    (tmp_path / "e").mkdir()
+    made = m.export(precisions="fp32,fp16", out=str(tmp_path / "e" / "tiny.onnx"), evaluate=False)
+    assert [a.record.precision for a in made] == ["fp32", "fp16"]
+    assert [a.path.name for a in made] == ["tiny.onnx", "tiny-fp16.onnx"] and os.fspath(made[1]) == str(made[1].path)
+    built = m.build(precision="fp32", target="onnxruntime", out=str(tmp_path / "b"), evaluate=False)
+    assert built.path.parent == tmp_path / "b" and built.record.precision == "fp32"
+    with mlit_edge.Classifier.load(built) as clf:
+        assert len(clf.predict(np.zeros((2, 36, 36, 3), np.uint8))) == 2
