@@ -123,6 +123,8 @@ class PowerSampler:
         """Power and energy of the timed calls in [end - wall_s, end]: (figures, None), or (None, why not)."""
         if self.error:
             return None, self.error
+        if not self.samples:  # running, but no rail in its lines: the INA3221 needs root on some images
+            return None, "tegrastats printed no power rails (on some JetPack images it needs root): power not measured"
         inside = [r for t, r in list(self.samples) if end - wall_s <= t <= end]
         if len(inside) < MIN_SAMPLES:
             return None, (f"{len(inside)} tegrastats reading(s) in {wall_s:.2f} s of timed calls: power not "

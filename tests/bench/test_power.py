@@ -113,3 +113,12 @@ def test_a_timed_run_shorter_than_two_readings_is_a_note_not_a_figure(tmp_path, 
     report = run_bench([str(tiny_onnx)], cfg)
     assert "board_w" not in report["rows"][0]
     assert any("tegrastats reading(s)" in n and "--duration" in n for n in report["artifacts"][0]["notes"])
+
+
+def test_tegrastats_without_rails_is_a_note(tmp_path, monkeypatch, tiny_onnx):
+    line = "RAM 2257/30536MB (lfb 5392x4MB) SWAP 0/15268MB (cached 0MB) CPU [10%@729] GR3D_FREQ 75% cpu@41.3C"
+    monkeypatch.setenv("PATH", f"{_stand_in(tmp_path / 'bin', line, tmp_path / 'argv')}{os.pathsep}"
+                               f"{os.environ['PATH']}")
+    report = run_bench([str(tiny_onnx)], FAST)
+    assert all("board_w" not in r for r in report["rows"])
+    assert any("no power rails" in n and "root" in n for n in report["artifacts"][0]["notes"])
