@@ -17,6 +17,8 @@ in `export/__init__.py`, by name):
 
 Every form is the same function as the training model in eval mode (1/sqrt(C) folded into the query
 weights, as in the portable graph, so the kernels run with scale 1). No form is TensorRT-buildable.
+With `--pad-heads` each head's Q, K and V are zero-padded (`pad_heads`), as in the portable graph; ONNX Runtime
+measured no faster for it (benchmarks/pad_heads.py), so `auto` leaves this flavour unpadded.
 In the last layer only the dummy token's query is needed (`last_only`: the head reads no other token),
 which `static.DeployMLiT` asks of the ONNX Runtime flavour.
 Letters: B batch, N tokens, D width, H query heads, G key/value heads, R = H/G, C head size, T = B*N.
