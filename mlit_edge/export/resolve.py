@@ -162,8 +162,11 @@ def _padding(req: ExportOptions, source: Source, runtime: str, device: DevicePro
             raise ValueError(f"--pad-heads {req.pad_heads} shapes an export from a checkpoint; {source.onnx.name} "
                              "already has its heads (export it again with --pad-heads)")
         return source.record.padded_to, ""
-    cfg = source.model.cfg
-    return pad_choice(req.pad_heads, cfg.dim // cfg.heads, runtime, device.tensorrt if device else None, precisions)
+    cfg = source.model.cfg.__dict__ if source.model is not None else source.record.config
+    if not cfg.get("dim") or not cfg.get("heads"):  # a plan made without a model (tests): nothing to pad
+        return None, "the model's head size is not known"
+    head = cfg["dim"] // cfg["heads"]
+    return pad_choice(req.pad_heads, head, runtime, device.tensorrt if device else None, precisions)
 
 
 def _device(req: ExportOptions, source: Source, runtime: str, trt_version: str | None,

@@ -126,3 +126,23 @@ def test_padded_heads_are_exact_for_the_real_sizes(size, tmp_path):
             print(f"{size} batch {batch}: max |dlogit| {err:.2e}")
             assert err <= 1e-5
             assert all(np.array_equal(got[f"experts_{i}"], e.numpy()) for i, e in enumerate(aux.experts))
+
+
+def test_the_plan_pads_by_profile_and_the_cli_refuses_a_bad_size_in_one_line(tmp_path):
+    from mlit_edge.export.requests import BuildRequest, ExportRequest
+    from mlit_edge.export.resolve import resolve_plan
+    from mlit_edge.export.source import Source
+    from mlit_edge.runtime.schema import ArtifactRecord
+    from tests.helpers import cli
+
+    source = Source(ArtifactRecord.of({"model": {"size": "xxs", "config": {"dim": 108, "heads": 6}}}))
+    out = str(tmp_path / "m.onnx")
+    assert resolve_plan(ExportRequest(out=out), source).pad_to == 24  # tensorrt-10
+    assert resolve_plan(ExportRequest(out=out, jetpack="6.2"), source).pad_to == 24
+    assert resolve_plan(ExportRequest(out=out, jetpack="5.1"), source).pad_to is None
+    assert resolve_plan(ExportRequest(out=out, pad_heads="32"), source).pad_to == 32
+    build = resolve_plan(BuildRequest(target="onnxruntime", precision="fp32", out=str(tmp_path)), source)
+    assert build.pad_to is None and "ONNX Runtime" in build.pad_reason
+    proc = cli("export", "--size", "xxs", "--pad-heads", "20", "--out", out, check=False)
+    assert proc.returncode != 0 and "multiple of 8" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
