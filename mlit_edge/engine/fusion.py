@@ -118,6 +118,9 @@ def attention_fusion(model, profile: DeviceProfile) -> list[AttentionFusion]:
             f.notes.append(f"in fp16 the head-size rule would {'fail: ' + head_fail if head_fail else 'hold'}")
         elif head is not None and rules.head_rule(head, dtype):  # DG: FP16/BF16 head sizes
             f.failed.append(rules.head_rule(head, dtype))
+        if q_dims and len(q_dims) != 4:  # the fused-attention docs describe Q, K, V of shape [B, N, S, H]
+            f.notes.append(f"the matmuls are rank {len(q_dims)} (GQA as a broadcast of each group's K/V over its "
+                           "query heads); the documents describe [B, N, S, H] and do not say whether this form matches")
         if any(n.op_type == "Cast" for n in before + after):
             f.notes.append("the softmax runs in fp32 between Casts (the fp16 recipe); DG's type rule is on the matmuls")
         out.append(f)
