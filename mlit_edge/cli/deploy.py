@@ -33,6 +33,13 @@ def _export_options(fn):
                           "7: 10.13, strongly typed) [default: TensorRT 10; on a device, its installed TensorRT]."),
         click.option("--tensorrt", default=None, type=click.Choice(sorted(TENSORRTS)),
                      help="The same as --jetpack, named by JetPack's TensorRT version."),
+        click.option("--pad-heads", default=default(ExportOptions, "pad_heads"), show_default=True,
+                     metavar="auto|off|N",
+                     help="Zero-pad each attention head's Q, K and V to a head size TensorRT's fused attention "
+                          "takes (FP16: 16-256, a multiple of 8); exact, the scale stays 1/sqrt(head size). auto: "
+                          "pads 18 to 24 (mLiT-S, XXS) for TensorRT 10.3-10.13 (JetPack 6.1-7, and the desktop "
+                          "TensorRT 10 default), not for TensorRT 8.5/8.6 (JetPack 5.1/6.0: predicted not to fuse), "
+                          "an INT8-only build, or ONNX Runtime (measured no faster). N: pad to N."),
         click.option("--calib-data", default=None,
                      help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
                           "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k]."),

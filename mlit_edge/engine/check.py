@@ -38,6 +38,8 @@ class Report:
     profile: str | None = None  # the device profile checked against (runtime.profiles)
     table: str | None = None  # the operator table's source (onnx-tensorrt branch and commit)
     onnxruntime_ops: dict[str, int] = field(default_factory=dict)  # ops only ONNX Runtime runs (no build is tried)
+    fusion: list[dict] = field(default_factory=list)  # per layer: attention vs TensorRT's fusion rules (engine.fusion)
+    layernorm: str | None = None  # how LayerNorm is written (engine.fusion.layernorm_form)
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,15 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
     if profile is not None and not rep.onnxruntime_ops:
         parser_checks(rep, model, profile)
     rep.layer_nodes = nodes_per_layer(model)
+    if not rep.onnxruntime_ops:  # a prediction from documented rules; it never fails the check
+        from dataclasses import asdict
+
+        from ..runtime.profiles import DEFAULT, PROFILES
+        from .fusion import attention_fusion, layernorm_form
+
+        fused_for = profile or PROFILES[DEFAULT]
+        rep.fusion = [{**asdict(f), "fusable": f.fusable} for f in attention_fusion(model, fused_for)]
+        rep.layernorm, rep.profile = layernorm_form(model), rep.profile or fused_for.name
     for op in sorted(set(rep.ops) & DENIED):
         rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
     foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx", "com.microsoft")}
@@ -197,9 +208,12 @@ def format_report(rep: Report) -> str:
         per = sorted(set(rep.layer_nodes))
         lines.append(f"  {'/'.join(map(str, per))} nodes per encoder layer x {len(rep.layer_nodes)}, "
                      f"{sum(rep.ops.values()) - sum(rep.layer_nodes)} outside them (patch embedding, head)")
-    if rep.profile:
+    if rep.table:
         lines.append(f"  checked against {rep.profile}'s operator table: {rep.table} (a prediction from NVIDIA's "
                      "documented table, not a parse by that TensorRT)")
+    from .fusion import format_fusion
+
+    lines += format_fusion(rep.fusion, rep.layernorm, rep.profile)
     lines += [f"  FAIL {p}" for p in rep.problems]
     lines += [f"  note {n}" for n in rep.notes]
     if rep.build:

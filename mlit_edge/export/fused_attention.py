@@ -17,6 +17,8 @@ in `export/__init__.py`, by name):
 
 Every form is the same function as the training model in eval mode (1/sqrt(C) folded into the query
 weights, as in the portable graph, so the kernels run with scale 1). No form is TensorRT-buildable.
+With `--pad-heads` each head's Q, K and V are zero-padded (`pad_heads`), as in the portable graph; ONNX Runtime
+measured no faster for it (benchmarks/pad_heads.py), so `auto` leaves this flavour unpadded.
 In the last layer only the dummy token's query is needed (`last_only`: the head reads no other token),
 which `static.DeployMLiT` asks of the ONNX Runtime flavour.
 Letters: B batch, N tokens, D width, H query heads, G key/value heads, R = H/G, C head size, T = B*N.
@@ -103,6 +105,17 @@ def translations(form: str) -> dict:
     raise ValueError(f"attention form {form!r}: choose from {', '.join(FORMS)}")
 
 
+def pad_heads(t: Tensor, heads: int, size: int, to: int) -> Tensor:
+    """Each head's rows of `t` (heads*size, ...) followed by zero rows up to `to`: (heads*to, ...). A head's
+    padded query and key columns add 0 to q k^T, its padded value columns meet the output projection's padded
+    (zero) rows: the same function, with a head size TensorRT's fused attention takes (runtime.mha_rules)."""
+    if to == size:
+        return t
+    t = t.reshape(heads, size, *t.shape[1:])  # (heads, size, ...)
+    zeros = t.new_zeros((heads, to - size, *t.shape[2:]))
+    return torch.cat([t, zeros], dim=1).reshape(heads * to, *t.shape[2:])
+
+
 def frozen(t: Tensor) -> nn.Parameter:
     """A deploy-graph weight: a contiguous copy that no optimiser or export trace treats as trainable."""
     return nn.Parameter(t.detach().clone().contiguous(), requires_grad=False)
@@ -111,18 +124,22 @@ def frozen(t: Tensor) -> nn.Parameter:
 class FusedAttention(nn.Module):
     """Grouped-query attention with its core in one ONNX Runtime kernel; returns x + attention(LN(x))."""
 
-    def __init__(self, attn: Attention, tokens: int, form: str) -> None:
+    def __init__(self, attn: Attention, tokens: int, form: str, pad_to: int | None = None) -> None:
         super().__init__()
         if form not in FORMS:
             raise ValueError(f"attention form {form!r}: choose from {', '.join(FORMS)}")
         H, G, C = attn.heads, attn.groups, attn.head_dim
-        self.N, self.H, self.G, self.C, self.form = tokens, H, G, C, form
+        P = pad_to or C  # each head zero-padded to P (`pad_heads`); the scale stays 1/sqrt(C)
+        self.N, self.H, self.G, self.C, self.form = tokens, H, G, P, form
         (wq, wk, wv), (bq, bk, bv) = attn.split_weights(), attn.split_biases()
+        root = math.sqrt(C)  # divided, as in the portable graph: the same query weights to the bit
+        wq, bq = pad_heads(wq / root, H, C, P), pad_heads(bq / root, H, C, P)
+        wk, wv, bk, bv = (pad_heads(t, G, C, P) for t in (wk, wv, bk, bv))
+        C = P
         if FORMS[form].repeat_kv:  # (G*C, ...) -> (H*C, ...): key/value head g once per query head of group g
             wk, wv, bk, bv = (t.reshape(G, C, -1).repeat_interleave(H // G, dim=0).reshape(H * C, -1).squeeze(-1)
                               for t in (wk, wv, bk, bv))
-        root = math.sqrt(C)  # divided, as in the portable graph: the same query weights to the bit
-        weights, biases = (wq / root, wk, wv), (bq / root, bk, bv)
+        weights, biases = (wq, wk, wv), (bq, bk, bv)
         has_bias = attn.qkv.bias is not None
         if form == "onnx":  # three projections: Q (D, H*C), K and V (D, G*C)
             self.w_q, self.w_k, self.w_v = (frozen(w.t()) for w in weights)
@@ -130,7 +147,7 @@ class FusedAttention(nn.Module):
         else:  # one projection for the contrib ops: [q | k | v] columns, (D, 3*H*C)
             self.w_qkv = frozen(torch.cat(weights).t())
             self.b_qkv = frozen(torch.cat(biases)) if has_bias else None
-        self.w_proj = frozen(attn.proj.weight.t())  # (D, D)
+        self.w_proj = frozen(pad_heads(attn.proj.weight.t(), H, attn.head_dim, P))  # (H*P, D): zero padded rows
         self.b_proj = frozen(attn.proj.bias) if attn.proj.bias is not None else None
 
     @staticmethod

@@ -58,20 +58,24 @@ def _input_shape(model: MLiT) -> tuple[None, int, int, int]:
     return None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size
 
 
-def attention_record(attention: str) -> dict:
-    """What an export's sidecar says of its attention and the runtime it is for."""
+def attention_record(attention: str, head_size: int | None = None, pad_to: int | None = None,
+                     pad_reason: str | None = None) -> dict:
+    """What an export's sidecar says of its attention and the runtime it is for; with `head_size`, also the
+    model's head size, the size each head was zero-padded to (None: not padded) and why."""
+    heads = {} if head_size is None else {"head_size": head_size, "padded_to": pad_to, "reason": pad_reason or ""}
     if attention == GROUPED:
-        return {"runtime": "any", "attention": {"form": GROUPED, "op": "MatMul, Softmax, MatMul (portable)"},
+        return {"runtime": "any", "attention": {"form": GROUPED, "op": "MatMul, Softmax, MatMul (portable)", **heads},
                 "onnxruntime": {"session": ORT_SESSION}}
     form = ATTENTION_FORMS[attention]
     return {"runtime": "onnxruntime",
-            "attention": {"form": attention, "op": form.op, "kv_heads_repeated": form.repeat_kv},
+            "attention": {"form": attention, "op": form.op, "kv_heads_repeated": form.repeat_kv, **heads},
             "onnxruntime": {"session": ORT_SESSION, "requires": form.onnxruntime}}
 
 
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
                 probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
-                attention: str = GROUPED, device: "DeviceProfile | None" = None) -> dict:
+                attention: str = GROUPED, device: "DeviceProfile | None" = None, pad_to: int | None = None,
+                pad_reason: str | None = None) -> dict:
     """Export `model` to `out` with its sidecar, published together once checked; returns the record.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
@@ -80,7 +84,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     ONNX Runtime, which sets the opset where the form needs its own (opset 23 for "onnx"). `device`: the
     TensorRT profile the graph is for (`runtime.profiles`): an older parser's graph is rewritten for it
     (`legacy_graph.for_parser`: opset 17, LayerNorm decomposed, TopK's K an initializer) before the check, so
-    the check covers the rewritten graph.
+    the check covers the rewritten graph. `pad_to`: each head's Q, K and V zero-padded to this size (exact; the
+    sidecar records it with `pad_reason`).
     """
     import onnx
 
@@ -89,7 +94,7 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     if batch is not None and batch < 1:
         raise ValueError("batch must be at least 1")
     out = Path(out)
-    deployed = to_deploy(model, probe=probe, attention=attention)
+    deployed = to_deploy(model, probe=probe, attention=attention, pad_to=pad_to)
     opset = export_opset(attention, opset)
     names = output_names(model.cfg.depth, probe)
     example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
@@ -114,7 +119,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
             opset = device.opset
         onnx.save(proto, str(tmp))
         parity = verify_onnx(tmp, model, batch, probe) if check else None
-        record = {**info, "precision": "fp32", **attention_record(attention), "opset": opset,
+        head = model.cfg.dim // model.cfg.heads
+        record = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
                   "batch": batch or "dynamic", "probe": probe,
                   "inputs": {INPUT: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
                   "outputs": names, "parity": parity, "torch_version": torch.__version__,

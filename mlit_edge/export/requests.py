@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime.artifact import BATCH_PROFILE
+from ..runtime.mha_rules import parse_pad
 from ..runtime.profiles import named_profile
 from . import DEFAULT_OPSET, FRONTENDS, OPSETS, PRECISIONS, TARGETS
 from .calibration import DEFAULT_N, MIN_EXPERT_TOKENS
@@ -33,9 +34,11 @@ class ExportOptions:
     random_weights: bool = False  # no checkpoint: random weights even where a pretrained model ships
     jetpack: str | None = None  # the device profile (runtime.profiles): JetPack 5.1, 6.0, 6.1, 6.2 or 7
     tensorrt: str | None = None  # the same, named by JetPack's TensorRT: 8.5, 8.6, 10.3 or 10.13
+    pad_heads: str = "auto"  # auto, off or a head size N: each head zero-padded to it (runtime.mha_rules.pad_choice)
 
     def __post_init__(self) -> None:
         named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
+        parse_pad(self.pad_heads)  # auto, off or a fusable head size; against the model's own in resolve_plan
         if self.opset not in OPSETS:
             raise ValueError(f"--opset {self.opset!r}: choose from {', '.join(map(str, OPSETS))}")
         if self.batch is not None and self.batch < 1:

@@ -57,6 +57,8 @@ class BuildPlan:
     notes: tuple[str, ...] = ()  # what the resolution decided that the user should hear
     target_note: str | None = None  # why `auto` chose what it chose
     device: DeviceProfile | None = None  # the TensorRT profile (runtime.profiles); None for ONNX Runtime
+    pad_to: int | None = None  # each head's Q, K and V zero-padded to this size in the fp32 export; None: not
+    pad_reason: str = ""  # why (runtime.mha_rules.pad_choice), for the sidecar
 
     @property
     def strongly_typed(self) -> bool:
@@ -142,11 +144,29 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
             raise ValueError(f"--opset {req.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
                              "at most")
         opset = device.opset
+    pad_to, pad_reason = _padding(req, source, runtime, device, precisions)
     dataset = source.record.dataset
     recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, dataset) if int8 else None
     return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None,
                      base.attention, opset, req.batch, probe, variants, precisions, engine, dataset, recipe,
-                     req.evaluate and torch, torch, profile, tuple(notes), note, device)
+                     req.evaluate and torch, torch, profile, tuple(notes), note, device, pad_to, pad_reason)
+
+
+def _padding(req: ExportOptions, source: Source, runtime: str, device: DeviceProfile | None,
+             precisions: tuple[str, ...]) -> tuple[int | None, str]:
+    """The head size the fp32 export pads each head to, and why (`pad_choice`); a given ONNX keeps its own."""
+    from ..runtime.mha_rules import pad_choice, parse_pad
+
+    if source.onnx is not None:
+        if parse_pad(req.pad_heads) is not None:
+            raise ValueError(f"--pad-heads {req.pad_heads} shapes an export from a checkpoint; {source.onnx.name} "
+                             "already has its heads (export it again with --pad-heads)")
+        return source.record.padded_to, ""
+    cfg = source.model.cfg.__dict__ if source.model is not None else source.record.config
+    if not cfg.get("dim") or not cfg.get("heads"):  # a plan made without a model (tests): nothing to pad
+        return None, "the model's head size is not known"
+    head = cfg["dim"] // cfg["heads"]
+    return pad_choice(req.pad_heads, head, runtime, device.tensorrt if device else None, precisions)
 
 
 def _device(req: ExportOptions, source: Source, runtime: str, trt_version: str | None,

@@ -33,7 +33,7 @@ from ..model.attention import Attention
 from ..model.mlit import MLiT
 from ..model.moe import MoE, mix_experts
 from . import ATTENTION_FORMS, GROUPED
-from .fused_attention import FusedAttention, frozen as _frozen, translations
+from .fused_attention import FusedAttention, frozen as _frozen, pad_heads as _pad, translations
 
 
 @torch.library.custom_op("mlit_edge::one_hot", mutates_args=())
@@ -61,22 +61,23 @@ def onnx_translations(attention: str = GROUPED) -> dict:
 class StaticAttention(nn.Module):
     """Grouped-query attention in five matmul-class nodes; returns x + attention(LN(x))."""
 
-    def __init__(self, attn: Attention, tokens: int) -> None:
+    def __init__(self, attn: Attention, tokens: int, pad_to: int | None = None) -> None:
         super().__init__()
         H, G, C = attn.heads, attn.groups, attn.head_dim
-        R = H // G
-        self.N, self.G, self.R, self.C = tokens, G, R, C
+        R, P = H // G, pad_to or C  # P: each head's Q, K and V zero-padded to P columns (--pad-heads)
+        self.N, self.G, self.R, self.C = tokens, G, R, P
         wq, wk, wv = attn.split_weights()  # (H*C, D), (G*C, D), (G*C, D)
         bq, bk, bv = attn.split_biases()  # (H*C,), (G*C,), (G*C,)
 
-        def per_group(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            return torch.cat([t for g in range(G) for t in (q[g * R * C:(g + 1) * R * C], k[g * C:(g + 1) * C],
-                                                           v[g * C:(g + 1) * C])])
+        def per_group(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # each head padded first: (H*P,), (G*P,) x2
+            q, k, v = _pad(q, H, C, P), _pad(k, G, C, P), _pad(v, G, C, P)
+            return torch.cat([t for g in range(G) for t in (q[g * R * P:(g + 1) * R * P], k[g * P:(g + 1) * P],
+                                                           v[g * P:(g + 1) * P])])
 
-        root = math.sqrt(C)  # the softmax scale, folded into the query columns (divided, as ever: the
-        # same bits as the graphs of earlier releases, whose routing ties the tests pin)
-        self.w_qkv = _frozen(per_group(wq / root, wk, wv).t())  # (D, G*(R+2)*C)
-        self.w_proj = _frozen(attn.proj.weight.t())  # (D, D)
+        root = math.sqrt(C)  # the softmax scale of the model's own head size, folded into the query columns
+        # (divided, as ever: the same bits as the graphs of earlier releases, whose routing ties the tests pin)
+        self.w_qkv = _frozen(per_group(wq / root, wk, wv).t())  # (D, G*(R+2)*P)
+        self.w_proj = _frozen(_pad(attn.proj.weight.t(), H, C, P))  # (H*P, D): the padded columns meet zero rows
         # [reading] attn_bias: the biases ride in the same Gemms; none at all in the bias-free default graph
         self.b_qkv = _frozen(per_group(bq / root, bk, bv)) if attn.qkv.bias is not None else None
         self.b_proj = _frozen(attn.proj.bias) if attn.proj.bias is not None else None
@@ -87,7 +88,7 @@ class StaticAttention(nn.Module):
         qkv = qkv.view(-1, N, G, R + 2, C).permute(0, 2, 3, 1, 4)  # (B, G, R+2, N, C)
         q, k, v = qkv.split([R, 1, 1], dim=2)  # (B, G, R, N, C), (B, G, 1, N, C) x2
         attn = (q @ k.transpose(-1, -2)).softmax(dim=-1)  # (B, G, R, N, N): R heads against one K
-        out = (attn @ v).permute(0, 3, 1, 2, 4).reshape(-1, G * R * C)  # (T, D), heads in order g*R + r
+        out = (attn @ v).permute(0, 3, 1, 2, 4).reshape(-1, G * R * C)  # (T, H*C), heads in order g*R + r
         if self.b_proj is not None:
             residual = residual + self.b_proj
         return torch.addmm(residual, out, self.w_proj)  # (T, D)
@@ -121,11 +122,11 @@ class StaticMoE(nn.Module):
 
 
 class StaticBlock(nn.Module):
-    def __init__(self, blk, tokens: int, attention: str = GROUPED) -> None:
+    def __init__(self, blk, tokens: int, attention: str = GROUPED, pad_to: int | None = None) -> None:
         super().__init__()
         self.norm1, self.norm2 = blk.norm1, blk.norm2
-        self.attn = StaticAttention(blk.attn, tokens) if attention == GROUPED else \
-            FusedAttention(blk.attn, tokens, attention)
+        self.attn = StaticAttention(blk.attn, tokens, pad_to) if attention == GROUPED else \
+            FusedAttention(blk.attn, tokens, attention, pad_to)
         self.moe = StaticMoE(blk.moe)
 
     def forward(self, x: Tensor, last_only: bool = False) -> tuple[Tensor, Tensor]:
@@ -138,11 +139,11 @@ class DeployMLiT(nn.Module):
     """The exported classifier: images (B, 3, S, S) -> logits, plus per-layer expert choices when
     `probe` is set (each (B, N, K) int64), so a runtime's routing can be compared with PyTorch's."""
 
-    def __init__(self, model: MLiT, probe: bool = False, attention: str = GROUPED) -> None:
+    def __init__(self, model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to: int | None = None) -> None:
         super().__init__()
         self.cfg, self.probe, self.attention = model.cfg, probe, attention
         self.patch_embed, self.pos_embed = model.patch_embed, model.pos_embed
-        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens, attention) for b in model.blocks)
+        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens, attention, pad_to) for b in model.blocks)
         self.norm, self.head = model.norm, model.head
 
     def forward(self, imgs: Tensor):
@@ -163,14 +164,18 @@ class DeployMLiT(nn.Module):
         return (logits, *routes) if self.probe else logits
 
 
-def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED) -> DeployMLiT:
+def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to: int | None = None) -> DeployMLiT:
     """A new eval-mode static-shape module computing `model`'s eval function; `model` is untouched.
-    `attention`: "grouped" (portable, TensorRT) or a fused form of `ATTENTION_FORMS` (ONNX Runtime)."""
+    `attention`: "grouped" (portable, TensorRT) or a fused form of `ATTENTION_FORMS` (ONNX Runtime).
+    `pad_to`: each head's Q, K and V zero-padded to this head size (runtime.mha_rules.pad_choice); None: none."""
     if not isinstance(model, MLiT) or not model.cfg.num_classes:
         raise TypeError("to_deploy takes an mLiT classifier (an mmLiT must be fine-tuned into one first)")
     if attention != GROUPED and attention not in ATTENTION_FORMS:
         raise ValueError(f"attention form {attention!r}: choose from {GROUPED}, {', '.join(ATTENTION_FORMS)}")
-    deployed = DeployMLiT(copy.deepcopy(model), probe=probe, attention=attention).eval()
+    head = model.cfg.dim // model.cfg.heads
+    if pad_to is not None and pad_to < head:
+        raise ValueError(f"pad_to {pad_to}: below the model's head size {head}")
+    deployed = DeployMLiT(copy.deepcopy(model), probe=probe, attention=attention, pad_to=pad_to).eval()
     for p in deployed.parameters():
         p.requires_grad_(False)
     return deployed

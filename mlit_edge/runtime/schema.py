@@ -17,6 +17,7 @@ from .runners import Runner, check_threads
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
 MAX_STATIC_BATCH = 4096  # [ours] a fixed batch beyond this is padded per call: 10^6 took 14.5 GiB for one image
+MAX_HEAD = 256  # [ours] a head size, padded or not, beyond the largest any fused attention takes is no mLiT's
 PRECISIONS = ("fp32", "fp16", "int8")
 RUNTIMES = ("any", "tensorrt", "onnxruntime")  # what an artifact's graph was made for
 
@@ -62,6 +63,8 @@ class ArtifactRecord(Mapping):
     probe: bool | None = None
     attention: str = "grouped"  # the attention form (export.ATTENTION_FORMS)
     attention_op: str | None = None
+    head_size: int | None = None  # attention.head_size: the model's own
+    padded_to: int | None = None  # attention.padded_to: each head's Q, K and V zero-padded to it; None: not padded
     ort_session: Mapping[str, Any] = field(default_factory=dict)  # ONNX Runtime session options
     ort_requires: str | None = None  # the oldest ONNX Runtime that runs the graph
     parity_max_abs_err: float | None = None
@@ -94,6 +97,7 @@ class ArtifactRecord(Mapping):
                    _obj(model.get("config")), record.get("checkpoint"), record.get("checkpoint_sha256"),
                    bool(record.get("random_weights")), record.get("sha256"), record.get("batch"),
                    record.get("opset"), record.get("probe"), att.get("form", "grouped"), att.get("op"),
+                   att.get("head_size"), att.get("padded_to"),
                    _obj(ort.get("session")), ort.get("requires"), _obj(record.get("parity")).get("max_abs_err"),
                    _obj(record.get("accuracy")).get("top1"), profile.get("max"),
                    engine.get("io") if isinstance(engine.get("io"), Mapping) else None,
@@ -129,6 +133,10 @@ def read_record(artifact: str | Path, content: bytes | None = None) -> ArtifactR
     record = read_sidecar(artifact, content=content)
     check_record(record, artifact)
     return ArtifactRecord.of(record)
+
+
+def _count(value, top: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top
 
 
 def _numbers(value, n: int) -> bool:
@@ -184,6 +192,13 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         att = record["attention"]
         if not isinstance(att, dict) or not all(isinstance(att.get(k), str) for k in ("form", "op")):
             raise bad("attention", att, "an object with the form and op names")
+        head, padded = att.get("head_size"), att.get("padded_to")
+        if head is not None and not _count(head, MAX_HEAD):
+            raise bad("attention.head_size", head, f"an integer from 1 to {MAX_HEAD}")
+        if padded is not None and not (_count(padded, MAX_HEAD) and head is not None and padded > head):
+            raise bad("attention.padded_to", padded, f"null or an integer above attention.head_size, up to {MAX_HEAD}")
+        if "reason" in att and not isinstance(att["reason"], str):
+            raise bad("attention.reason", att["reason"], "a string")
     if "engine" in record:
         engine = record["engine"]
         flags = engine.get("flags", {}) if isinstance(engine, dict) else None
