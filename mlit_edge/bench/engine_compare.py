@@ -138,4 +138,5 @@ def check_engine_pairs(iters: int) -> tuple[bool, str, list[str]]:
         return True, f"skipped: {e}", []
     with tempfile.TemporaryDirectory() as out:
         rows, skipped = compare_engines(trt, Path(out), iters)
-    return True, f"{len(rows)} engines compared; {len(skipped)} comparison(s) skipped", ["", format_table(rows, skipped)]
+    figure = f"{len(rows)} engines compared; {len(skipped)} comparison(s) skipped"
+    return True, figure, ["", format_table(rows, skipped)]

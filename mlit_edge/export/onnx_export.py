@@ -141,7 +141,8 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
     names = output_names(model.cfg.depth, probe)
     shape = _input_shape(model)
     with OnnxRuntimeRunner(path, session=ORT_SESSION) as ort_run, TorchRunner(model, ["logits"], shape) as ref_run, \
-            TorchRunner(to_deploy(model, probe=True, prune_last=prune_last), output_names(model.cfg.depth, True), shape) as route_run:
+            TorchRunner(to_deploy(model, probe=True, prune_last=prune_last), output_names(model.cfg.depth, True),
+                        shape) as route_run:
         for b in sizes:
             x = rng.standard_normal((b, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size), np.float32)
             got = ort_run.infer({INPUT: x})
