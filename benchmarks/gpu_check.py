@@ -14,7 +14,11 @@ In one run, each step on the real device, one table at the end:
      TensorRT 8.5 builds weakly typed from an opset-17 graph, 10.x strongly typed) and, for each precision,
      a real `mlit-edge build --target tensorrt` of the shipped model, its p50 latency at batch 1 and 64
      through the runtime's runner and its top-1 on the embedded test digits: one markdown row per precision,
-     printed after the table, to paste into docs/measurements.md. Without TensorRT the step is skipped.
+     printed after the table, to paste into docs/measurements.md. Without TensorRT the step is skipped;
+  7. where TensorRT imports, engine pairs built from one model in fp16 and timed with one harness: padded
+     against unpadded heads (skipped in one line where export_onnx has no pad_heads), the last layer for the
+     dummy token against every token, DLA core 0 against the GPU (where a DLA exists), each with its
+     IEngineInspector layer count and fused-attention layers (mlit_edge.bench.engine_compare): one table.
 Without a CUDA GPU it says so in one line and exits 1; a step that fails is a FAIL row, and the exit
 status is 1 when any row failed.
 """
@@ -29,6 +33,8 @@ import sys
 import time
 import traceback
 from typing import Callable
+
+from mlit_edge.bench.engine_compare import check_engine_pairs
 
 
 def _timed(fn: Callable[[], object], iters: int, torch) -> float:
@@ -265,7 +271,8 @@ def main() -> int:
               ("NCCL DDP, one process", lambda: check_ddp(args.size, args.iters, torch)),
               ("CUDA graph, eval model", lambda: check_cuda_graph(args.size, args.iters, torch)),
               ("runner's cuda-python pieces", lambda: check_runner_cuda(args.iters)),
-              ("TensorRT engines, this profile", lambda: check_profile_engines(args.iters))]
+              ("TensorRT engines, this profile", lambda: check_profile_engines(args.iters)),
+              ("TensorRT engine pairs", lambda: check_engine_pairs(args.iters))]  # bench.engine_compare
     rows, markdown = [], []
     for name, check in checks:
         start = time.perf_counter()

@@ -15,7 +15,9 @@ def test_info_prints_per_layer_table():
     rows = [line.split() for line in lines if line.strip() and line.split()[0].isdigit()]
     assert [int(r[1]) for r in rows] == [81, 74, 67, 60, 54, 47, 40, 33, 27]
     assert "total: 659,357 parameters" in result.output
-    assert "131.0M dense" in result.output and "vs paper" in result.output
+    # the deploy graph's last layer is for the dummy token alone (export/last_token.py); every token: 131.0M
+    assert "120.1M dense" in result.output and "131.0M with every token" in result.output
+    assert "vs paper" in result.output
 
 
 def test_info_json_totals_agree_with_rows():
@@ -25,6 +27,8 @@ def test_info_json_totals_agree_with_rows():
     assert len(layers) == 12
     assert data["params"] == sum(r["params"] for r in layers) + data["embed_params"] + data["head_params"]
     assert abs(data["paper"]["delta_pct"]) < 2
+    assert [r["tokens"] for r in layers] == [145] * 11 + [1]  # the last layer: the dummy token alone
+    assert data["macs"] < data["macs_all_tokens"] == data["macs"] + layers[-1]["macs_all_tokens"] - layers[-1]["macs"]
 
 
 def test_bad_size_is_one_line_error_with_valid_names():

@@ -46,6 +46,9 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
     """
+    from .dla import check_dla_request
+
+    check_dla_request(req.dla_core, req.precision, req.batch)  # before any work: a DLA build it cannot run
     target = resolve_target(req.target, req.frontend)  # before the source opens: a missing TensorRT fails first
     if req.frontend == "torch-tensorrt":
         from .torch_trt import require_torch_tensorrt
@@ -69,6 +72,10 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
                                                                          result, local_env(plan.target), plan.target,
                                                                          plan.frontend,
                                                                          plan.device.record() if plan.device else None))
+        if "dla" in result["flags"]:
+            from .dla import format_placement
+
+            logger.info(f"      {format_placement(result['flags']['dla'])}")
         logger.info(f"      {plan.engine}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, "
                     f"{result['build_s']} s "
                     f"(+ {plan.engine.name}.json)")

@@ -127,14 +127,10 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         cache = config.create_timing_cache(blob)
         config.set_timing_cache(cache, ignore_mismatch=False)
         settings["timing_cache"] = {"path": str(cache_path), "read_bytes": len(blob)}
-    if opts.dla_core is not None:
-        cores = getattr(builder, "num_DLA_cores", 0)
-        if opts.dla_core >= cores:
-            raise RuntimeError(f"--dla-core {opts.dla_core}: this platform has {cores} DLA core(s) "
-                               "(DLA exists on Jetson AGX/NX Orin and Xavier)")
-        config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = opts.dla_core
-        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+    if opts.dla_core is not None:  # the layers the DLA cannot take, as TensorRT answers (engine/dla.py)
+        from .dla import configure_dla
+
+        settings["dla"] = configure_dla(builder, config, network, module, opts.dla_core)
         settings.update(dla_core=opts.dla_core, gpu_fallback=True)
     engine = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start

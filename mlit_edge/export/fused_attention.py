@@ -20,7 +20,7 @@ weights, as in the portable graph, so the kernels run with scale 1). No form is 
 With `--pad-heads` each head's Q, K and V are zero-padded (`pad_heads`), as in the portable graph; ONNX Runtime
 measured no faster for it (benchmarks/pad_heads.py), so `auto` leaves this flavour unpadded.
 In the last layer only the dummy token's query is needed (`last_only`: the head reads no other token),
-which `static.DeployMLiT` asks of the ONNX Runtime flavour.
+the rewrite both flavours share (`export/last_token.py`).
 Letters: B batch, N tokens, D width, H query heads, G key/value heads, R = H/G, C head size, T = B*N.
 """
 from __future__ import annotations
@@ -155,12 +155,10 @@ class FusedAttention(nn.Module):
         return x @ w if b is None else x @ w + b
 
     def forward(self, h: Tensor, residual: Tensor, last_only: bool = False) -> Tensor:
-        """(T, D) -> (T, D); with `last_only`, (B, D): the last token of each image alone attends (the
-        dummy token, the only one the head reads after the last layer)."""
+        """(T, D) -> (T, D); with `last_only` (`last_token`: the block hands the dummy token's residual, (B, D)),
+        (B, D): the last token of each image alone attends (the only one the head reads after the last layer)."""
         N, H, G, C = self.N, self.H, self.G, self.C
         x = h.view(-1, N, h.shape[-1])  # (B, N, D)
-        if last_only:
-            residual = residual.view(-1, N, residual.shape[-1])[:, -1]  # (B, D)
         if self.form == "onnx":
             queries = x[:, -1:] if last_only else x  # (B, 1 or N, D)
             out = attention(self._linear(queries, self.w_q, self.b_q), self._linear(x, self.w_k, self.b_k),

@@ -58,6 +58,9 @@ def _input_shape(model: MLiT) -> tuple[None, int, int, int]:
     return None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size
 
 
+LAST_LAYER = {True: "dummy token", False: "every token"}  # what the sidecar says the last layer computes
+
+
 def attention_record(attention: str, head_size: int | None = None, pad_to: int | None = None,
                      pad_reason: str | None = None) -> dict:
     """What an export's sidecar says of its attention and the runtime it is for; with `head_size`, also the
@@ -75,7 +78,7 @@ def attention_record(attention: str, head_size: int | None = None, pad_to: int |
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
                 probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
                 attention: str = GROUPED, device: "DeviceProfile | None" = None, pad_to: int | None = None,
-                pad_reason: str | None = None) -> dict:
+                pad_reason: str | None = None, prune_last: bool = True) -> dict:
     """Export `model` to `out` with its sidecar, published together once checked; returns the record.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
@@ -86,6 +89,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     (`legacy_graph.for_parser`: opset 17, LayerNorm decomposed, TopK's K an initializer) before the check, so
     the check covers the rewritten graph. `pad_to`: each head's Q, K and V zero-padded to this size (exact; the
     sidecar records it with `pad_reason`).
+    `prune_last`: the last layer for the dummy token alone (the default;
+    False keeps every token there, the graph of earlier releases, for before/after measurements).
     """
     import onnx
 
@@ -94,7 +99,7 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     if batch is not None and batch < 1:
         raise ValueError("batch must be at least 1")
     out = Path(out)
-    deployed = to_deploy(model, probe=probe, attention=attention, pad_to=pad_to)
+    deployed = to_deploy(model, probe=probe, attention=attention, pad_to=pad_to, prune_last=prune_last)
     opset = export_opset(attention, opset)
     names = output_names(model.cfg.depth, probe)
     example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
@@ -118,10 +123,10 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
             proto, rewritten = for_parser(proto, device.opset, device.layernorm, device.topk_k_initializer)
             opset = device.opset
         onnx.save(proto, str(tmp))
-        parity = verify_onnx(tmp, model, batch, probe) if check else None
+        parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last) if check else None
         head = model.cfg.dim // model.cfg.heads
         record = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
-                  "batch": batch or "dynamic", "probe": probe,
+                  "batch": batch or "dynamic", "probe": probe, "last_layer": LAST_LAYER[prune_last],
                   "inputs": {INPUT: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
                   "outputs": names, "parity": parity, "torch_version": torch.__version__,
                   "onnx_version": onnx.__version__}
@@ -134,7 +139,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         return publish(tmp, out, record)
 
 
-def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, seed: int = 0) -> dict:
+def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, seed: int = 0,
+                prune_last: bool = True) -> dict:
     """Max abs logit error of ONNX Runtime against the eval-mode PyTorch model, and routing equality."""
     sizes = [batch] if batch else [1, 8]
     rng = np.random.default_rng(seed)
@@ -142,7 +148,8 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
     names = output_names(model.cfg.depth, probe)
     shape = _input_shape(model)
     with OnnxRuntimeRunner(path, session=ORT_SESSION) as ort_run, TorchRunner(model, ["logits"], shape) as ref_run, \
-            TorchRunner(to_deploy(model, probe=True), output_names(model.cfg.depth, True), shape) as route_run:
+            TorchRunner(to_deploy(model, probe=True, prune_last=prune_last), output_names(model.cfg.depth, True),
+                        shape) as route_run:
         for b in sizes:
             x = rng.standard_normal((b, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size), np.float32)
             got = ort_run.infer({INPUT: x})

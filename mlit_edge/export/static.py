@@ -15,8 +15,8 @@ in the fewest graph nodes we found, since on a Jetson every unfused layer is a k
   token is dropped and no capacity factor exists; other sharing arrangements get the general form;
 - dropout and drop-path are gone.
 `to_deploy(model, attention=FORM)` writes each layer's attention core as one ONNX Runtime kernel
-instead (`fused_attention`, the ONNX Runtime flavour), and computes its last layer for the dummy token
-alone; everything else is the same graph.
+instead (`fused_attention`, the ONNX Runtime flavour); everything else is the same graph. Both flavours
+compute the last layer for the dummy token alone, the one token the head reads (`last_token`).
 Letters: B batch, N tokens, D width, E experts, K chosen, H query heads, G key/value heads,
 R = H/G query heads per group, C head size, T = B*N tokens, F hidden size.
 """
@@ -34,6 +34,7 @@ from ..model.mlit import MLiT
 from ..model.moe import MoE, mix_experts
 from . import ATTENTION_FORMS, GROUPED
 from .fused_attention import FusedAttention, frozen as _frozen, pad_heads as _pad, translations
+from .last_token import LastTokenAttention, dummy_rows
 
 
 @torch.library.custom_op("mlit_edge::one_hot", mutates_args=())
@@ -122,52 +123,67 @@ class StaticMoE(nn.Module):
 
 
 class StaticBlock(nn.Module):
-    def __init__(self, blk, tokens: int, attention: str = GROUPED, pad_to: int | None = None) -> None:
+    """One encoder layer; with `last_only` (the last layer) for the dummy token alone (`export/last_token.py`):
+    (T, D) in, (B, D) and its (B, K) choices out."""
+
+    def __init__(self, blk, tokens: int, attention: str = GROUPED, last_only: bool = False,
+                 pad_to: int | None = None) -> None:
         super().__init__()
-        self.norm1, self.norm2 = blk.norm1, blk.norm2
-        self.attn = StaticAttention(blk.attn, tokens, pad_to) if attention == GROUPED else \
-            FusedAttention(blk.attn, tokens, attention, pad_to)
+        self.norm1, self.norm2, self.tokens, self.last_only = blk.norm1, blk.norm2, tokens, last_only
+        if attention != GROUPED:
+            self.attn = FusedAttention(blk.attn, tokens, attention, pad_to)
+        else:
+            self.attn = LastTokenAttention(blk.attn, tokens, pad_to) if last_only else \
+                StaticAttention(blk.attn, tokens, pad_to)
         self.moe = StaticMoE(blk.moe)
 
-    def forward(self, x: Tensor, last_only: bool = False) -> tuple[Tensor, Tensor]:
-        h = self.norm1(x)
-        x = self.attn(h, x, last_only=True) if last_only else self.attn(h, x)  # (T, D), or (B, D) last_only
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.norm1(x)  # every token's: all of them are keys and values
+        if self.last_only:  # the residual, the norms and the MoE of the dummy token alone
+            x = self.attn(h, dummy_rows(x, self.tokens), last_only=True)  # (B, D)
+        else:
+            x = self.attn(h, x)  # (T, D)
         return self.moe(self.norm2(x), x)
 
 
 class DeployMLiT(nn.Module):
     """The exported classifier: images (B, 3, S, S) -> logits, plus per-layer expert choices when
-    `probe` is set (each (B, N, K) int64), so a runtime's routing can be compared with PyTorch's."""
+    `probe` is set (each (B, N, K) int64; the last layer's (B, 1, K), the dummy token's), so a runtime's
+    routing can be compared with PyTorch's. `prune_last=False` keeps every token in the last layer (the
+    graph of earlier releases, kept for before/after measurements)."""
 
-    def __init__(self, model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to: int | None = None) -> None:
+    def __init__(self, model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to: int | None = None,
+                 prune_last: bool = True) -> None:
         super().__init__()
-        self.cfg, self.probe, self.attention = model.cfg, probe, attention
+        self.cfg, self.probe, self.attention, self.prune_last = model.cfg, probe, attention, prune_last
         self.patch_embed, self.pos_embed = model.patch_embed, model.pos_embed
-        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens, attention, pad_to) for b in model.blocks)
+        last = len(model.blocks) - 1
+        self.blocks = nn.ModuleList(StaticBlock(b, model.cfg.num_tokens, attention, prune_last and i == last,
+                                                pad_to)
+                                    for i, b in enumerate(model.blocks))
         self.norm, self.head = model.norm, model.head
 
     def forward(self, imgs: Tensor):
         N, D = self.cfg.num_tokens, self.cfg.dim
         x = self.patch_embed(imgs).flatten(2).transpose(1, 2)  # (B, N-1, D)
         x = (F.pad(x, (0, 0, 0, 1)) + self.pos_embed).reshape(-1, D)  # (T, D): the zero dummy patch, positions
-        # the ONNX Runtime flavour computes the last layer for the dummy token alone, the one token the head
-        # reads (exact: tokens meet only in attention, where the others still serve as keys and values); a
-        # probe graph keeps every token, since its routing outputs are compared token by token
-        last_only = self.attention != GROUPED and not self.probe
         routes = []
-        for i, blk in enumerate(self.blocks):
-            x, top_i = blk(x, last_only=last_only and i == len(self.blocks) - 1)
+        for blk in self.blocks:
+            x, top_i = blk(x)
             if self.probe:
-                routes.append(top_i.view(-1, N, top_i.shape[-1]))  # (B, N, K)
-        tail = x if last_only else x.view(-1, N, D)[:, -1]  # (B, D): LN is per token, only the dummy's is read
+                routes.append(top_i.view(-1, 1 if blk.last_only else N, top_i.shape[-1]))  # (B, N or 1, K)
+        # the last layer computed the dummy token alone, or LN is per token and only the dummy's is read
+        tail = x if self.prune_last else dummy_rows(x, N)  # (B, D)
         logits = self.head(self.norm(tail))
         return (logits, *routes) if self.probe else logits
 
 
-def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to: int | None = None) -> DeployMLiT:
+def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to: int | None = None,
+              prune_last: bool = True) -> DeployMLiT:
     """A new eval-mode static-shape module computing `model`'s eval function; `model` is untouched.
     `attention`: "grouped" (portable, TensorRT) or a fused form of `ATTENTION_FORMS` (ONNX Runtime).
-    `pad_to`: each head's Q, K and V zero-padded to this head size (runtime.mha_rules.pad_choice); None: none."""
+    `pad_to`: each head's Q, K and V zero-padded to this head size (runtime.mha_rules.pad_choice); None: none.
+    `prune_last`: the last layer for the dummy token alone (exact; `export/last_token.py`)."""
     if not isinstance(model, MLiT) or not model.cfg.num_classes:
         raise TypeError("to_deploy takes an mLiT classifier (an mmLiT must be fine-tuned into one first)")
     if attention != GROUPED and attention not in ATTENTION_FORMS:
@@ -175,7 +191,8 @@ def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to
     head = model.cfg.dim // model.cfg.heads
     if pad_to is not None and pad_to < head:
         raise ValueError(f"pad_to {pad_to}: below the model's head size {head}")
-    deployed = DeployMLiT(copy.deepcopy(model), probe=probe, attention=attention, pad_to=pad_to).eval()
+    deployed = DeployMLiT(copy.deepcopy(model), probe=probe, attention=attention, pad_to=pad_to,
+                          prune_last=prune_last).eval()
     for p in deployed.parameters():
         p.requires_grad_(False)
     return deployed

@@ -3,7 +3,9 @@
 MACs are multiply-accumulates per image in eval mode, counting matmuls and the patch projection
 (element-wise work, softmax and LayerNorm are left out, as is usual). "Dense" is the folded MoE
 that the deploy graph runs (every expert's W, shared V and W2 once); "top-k" is a sparse dispatch
-that runs K experts' three matrices per token.
+that runs K experts' three matrices per token. The deploy graph computes its last layer for the dummy
+token alone (`export/last_token.py`): keys and values of every token, the rest for one query; "macs"
+counts that graph and "macs_all_tokens" the same graph with every token in the last layer.
 """
 from __future__ import annotations
 
@@ -11,15 +13,17 @@ from .config import PAPER_PARAMS, MLiTConfig
 from .mlit import MLiT, count_parameters
 
 
-def attention_macs(cfg: MLiTConfig) -> int:
+def attention_macs(cfg: MLiTConfig, queries: int | None = None) -> int:
+    """One attention layer for `queries` tokens an image (all N by default) against the keys of all N."""
     N, D, H, G, C = cfg.num_tokens, cfg.dim, cfg.heads, cfg.groups, cfg.head_dim
-    projections = N * D * D * 2 + N * D * G * C * 2  # q and out; k and v
-    return projections + 2 * H * N * N * C  # scores and the weighted sum of values
+    Q = N if queries is None else queries
+    projections = Q * D * D * 2 + N * D * G * C * 2  # q and out; k and v (every token's)
+    return projections + 2 * H * Q * N * C  # scores and the weighted sum of values
 
 
-def moe_macs(cfg: MLiTConfig, hidden: int, experts: int) -> tuple[int, int]:
-    """(dense, top-k) MACs of one MoE layer, the gate included."""
-    N, D = cfg.num_tokens, cfg.dim
+def moe_macs(cfg: MLiTConfig, hidden: int, experts: int, tokens: int | None = None) -> tuple[int, int]:
+    """(dense, top-k) MACs of one MoE layer, the gate included, for `tokens` an image (all N by default)."""
+    N, D = cfg.num_tokens if tokens is None else tokens, cfg.dim
     per_expert = {name: experts if name not in cfg.shared else 1 for name in ("w", "v", "w2")}
     gate = N * D * experts
     dense = N * D * hidden * sum(per_expert.values())
@@ -32,14 +36,16 @@ def model_stats(cfg: MLiTConfig) -> dict:
     model = MLiT(cfg)
     layers = []
     for i, (blk, hidden, experts) in enumerate(zip(model.blocks, cfg.hidden_sizes(), cfg.experts_per_layer())):
-        attn_macs = attention_macs(cfg)
-        dense, sparse = moe_macs(cfg, hidden, experts)
+        tokens = 1 if i == cfg.depth - 1 else None  # the last layer: the dummy token alone (the head reads it)
+        attn_macs = attention_macs(cfg, tokens)
+        dense, sparse = moe_macs(cfg, hidden, experts, tokens)
         layers.append({
-            "layer": i, "hidden": hidden, "experts": experts,
+            "layer": i, "hidden": hidden, "experts": experts, "tokens": tokens or cfg.num_tokens,
             "attn_params": count_parameters(blk.attn),
             "moe_params": count_parameters(blk.moe),
             "params": count_parameters(blk),
             "macs": attn_macs + dense, "macs_topk": attn_macs + sparse,
+            "macs_all_tokens": attention_macs(cfg) + moe_macs(cfg, hidden, experts)[0],
         })
     embed_macs = cfg.num_patches * cfg.patch_size**2 * cfg.in_chans * cfg.dim
     head_macs = cfg.dim * cfg.num_classes
@@ -51,6 +57,7 @@ def model_stats(cfg: MLiTConfig) -> dict:
         "params": count_parameters(model),
         "macs": embed_macs + head_macs + sum(r["macs"] for r in layers),
         "macs_topk": embed_macs + head_macs + sum(r["macs_topk"] for r in layers),
+        "macs_all_tokens": embed_macs + head_macs + sum(r["macs_all_tokens"] for r in layers),
     }
 
 
@@ -79,7 +86,8 @@ def format_layers(size: str, stats: dict, paper: dict | None) -> str:
         "-" * len(head),
         f"patch + position embedding {stats['embed_params']:,} params; final norm + head {stats['head_params']:,} params",
         f"total: {stats['params']:,} parameters ({stats['params'] / 1e6:.3f}M)",
-        f"MACs per image: {stats['macs'] / 1e6:.1f}M dense MoE (deploy form), "
+        f"MACs per image: {stats['macs'] / 1e6:.1f}M dense MoE (deploy form, the last layer for the dummy token "
+        f"alone; {stats['macs_all_tokens'] / 1e6:.1f}M with every token there), "
         f"{stats['macs_topk'] / 1e6:.1f}M sparse top-{cfg['top_k']}",
     ]
     if paper:

@@ -56,8 +56,8 @@ def test_the_fused_graph_is_exact_on_every_size(size, tmp_path):
 @pytest.mark.parametrize("form", list(ATTENTION_FORMS))
 @pytest.mark.parametrize("attn_bias", [False, True])
 def test_every_form_is_exact_with_and_without_biases(tiny_cfg, tmp_path, form, attn_bias):
-    """All three ONNX Runtime kernels, on the graph as built and on its probe graph (every token's routing),
-    and the torch module itself: the same function as the training model."""
+    """All three ONNX Runtime kernels, on the graph as built and on its probe graph (its last layer routes the
+    dummy token alone), and the torch module itself: the same function as the training model."""
     cfg = tiny_cfg.replace(attn_bias=attn_bias)
     torch.manual_seed(0)
     model = MLiT(cfg).eval()

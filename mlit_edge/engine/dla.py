@@ -1,0 +1,76 @@
+"""DLA builds (Jetson AGX/NX Orin and Xavier): what `--dla-core` accepts, and which layers really run there.
+
+The rules, from NVIDIA's own answers, live here once:
+- the DLA runs FP16 and INT8 only, on static shapes (TensorRT developer guide, "Working with DLA"; the
+  builder's `max_DLA_batch_size` and `DLA_core` in NVIDIA/TensorRT release/8.5-10.13
+  python/src/infer/pyCore.cpp), so `--dla-core` needs `--batch` and a reduced precision;
+- its INT8 is implicitly quantized: calibrated, not Q/DQ. A QAT/Q-DQ graph does not run on it ("Currently,
+  DLA doesn't support QAT yet", NVIDIA/TensorRT#2222; "DLA only supports IInt8EntropyCalibrator2 in PTQ",
+  ibid.; NVIDIA-AI-IOT/jetson_dla_tutorial#3), so our Q/DQ INT8 is refused with `--dla-core`;
+- which layers the DLA takes is TensorRT's own answer, `IBuilderConfig.can_run_on_DLA(layer)` (pyCore.cpp,
+  every release above); the others fall back to the GPU with BuilderFlag.GPU_FALLBACK, and the sidecar
+  records them and their count. Off a TensorRT with DLA (TensorRT-RTX has none) that is not measurable.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorrt as trt
+
+DLA_PRECISIONS = ("fp16",)  # what --dla-core builds from our graphs (INT8 on the DLA needs implicit calibration)
+NOT_MEASURABLE = ("DLA placement not measurable here: {module} has no DLA core (which layers fall back to the GPU "
+                  "is TensorRT's answer on a Jetson with a DLA: mlit-edge build --dla-core N --batch B there)")
+
+
+def check_dla_request(dla_core: int | None, precision: str, batch: int | None) -> None:
+    """A one-line ValueError for a `--dla-core` build the DLA cannot run; nothing without `--dla-core`."""
+    if dla_core is None:
+        return
+    if precision == "int8":
+        raise ValueError("--dla-core with --precision int8: the DLA takes only implicitly quantized (calibrated) "
+                         "INT8, not this Q/DQ graph (NVIDIA/TensorRT#2222); build --dla-core with --precision fp16")
+    if precision not in DLA_PRECISIONS:
+        raise ValueError(f"--dla-core with --precision {precision}: the DLA runs FP16 and INT8 only; "
+                         "use --precision fp16")
+    if batch is None:
+        raise ValueError("--dla-core needs a static batch (the DLA takes static shapes only): add --batch N")
+
+
+def configure_dla(builder: trt.Builder, config: trt.IBuilderConfig, network: trt.INetworkDefinition,
+                  module: ModuleType, core: int) -> dict:
+    """Put the network on DLA core `core` with GPU fallback; returns the sidecar's DLA record: the layers
+    TensorRT says the DLA cannot take (`can_run_on_DLA`), by name and type, and how many fell back."""
+    if not TYPE_CHECKING:
+        trt = module
+    cores = builder.num_DLA_cores
+    if cores == 0:  # TensorRT-RTX and every discrete GPU: nothing to place, nothing to measure
+        raise RuntimeError(NOT_MEASURABLE.format(module=f"{trt.__name__} {trt.__version__}"))
+    if core >= cores:
+        raise RuntimeError(f"--dla-core {core}: this platform has {cores} DLA core(s) "
+                           "(DLA exists on Jetson AGX/NX Orin and Xavier)")
+    config.default_device_type = trt.DeviceType.DLA
+    config.DLA_core = core
+    config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+    return {"dla_core": core, "gpu_fallback": True, **dla_placement(config, network)}
+
+
+def dla_placement(config: trt.IBuilderConfig, network: trt.INetworkDefinition) -> dict:
+    """Per TensorRT's `can_run_on_DLA`: the layers that fall back to the GPU and the count of each side."""
+    gpu: list[dict] = []
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if not config.can_run_on_DLA(layer):
+            gpu.append({"name": layer.name, "type": str(layer.type).rsplit(".", 1)[-1]})
+    return {"dla_layers": network.num_layers - len(gpu), "gpu_fallback_layers": len(gpu), "gpu_layers": gpu}
+
+
+def format_placement(record: dict) -> str:
+    """The build-time lines: how many layers run on the DLA, and the ones that fall back, by type."""
+    from collections import Counter
+
+    kinds = Counter(g["type"] for g in record["gpu_layers"])
+    fallback = ", ".join(f"{t} x{n}" for t, n in kinds.most_common()) or "none"
+    return (f"DLA core {record['dla_core']}: {record['dla_layers']} layers on the DLA, "
+            f"{record['gpu_fallback_layers']} fall back to the GPU ({fallback})")
