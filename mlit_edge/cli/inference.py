@@ -118,6 +118,24 @@ def serve(model_path, inbox, results, **kw) -> None:
     watch(model_path, inbox, results, interval_s=kw.pop("interval"), **kw)
 
 
+def check_stream_batch(model_path: str, batch: int | None) -> None:
+    """Refuse a `stream --batch` whose buffers cannot fit this machine, before any frame is read, as `build
+    --batch` is refused (model.budget, from the model's record). An artifact whose sidecar does not read is
+    left to the loader, which says why in its own line."""
+    from ..model.budget import check_batch_fits
+    from ..model.records import record_config
+    from ..runtime.schema import ArtifactRecord
+    from ..runtime.sidecar import read_sidecar
+
+    if batch is None:
+        return
+    try:
+        config = ArtifactRecord.of(read_sidecar(model_path, verify_hash=False)).config
+    except (ValueError, OSError, TypeError, KeyError, AttributeError):
+        return
+    check_batch_fits(record_config(config), batch)
+
+
 @click.command()
 @click.argument("source")
 @click.argument("output", required=False, type=click.Path(dir_okay=False))
@@ -164,6 +182,7 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
     if not mode:
         raise click.BadParameter(f"{camera!r}: expected WIDTHxHEIGHT@FPS, e.g. 1280x720@30", param_hint="--camera")
     opts = StreamOptions(output=output, results=results, camera=tuple(int(v) for v in mode.groups()), **kw)
+    check_stream_batch(model_path, opts.batch)
     summary = run_stream(model_path, source, opts)  # it opens --results, once it is known not to be an input
     code = 128 + summary["signal"] if summary.get("signal") else 0
     if summary.get("stalled_at_close"):
