@@ -9,7 +9,7 @@ import click
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from .common import FiniteFloat, int_list, log, thread_count, user_errors
+from .common import FiniteFloat, int_list, thread_count, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
                           help="Refuse, per file and before decoding, images with more pixels than this.")
@@ -113,8 +113,9 @@ def serve(model_path, inbox, results, **kw) -> None:
     rename them into the inbox; a file is read only after it has held still for --settle seconds.
     """
     from ..runtime import watch
+    from ..runtime.inbox import say
 
-    log(f"serving {model_path}: watching {inbox}, results -> {results}")
+    say(f"serving {model_path}: watching {inbox}, results -> {results}")  # dropped, not fatal, on a full log disk
     watch(model_path, inbox, results, interval_s=kw.pop("interval"), **kw)
 
 
