@@ -221,6 +221,13 @@ def _minor_round(folder: Path, good: Path) -> list[Case]:
               for args in ([*train, "--seed", str(2 ** 64)], [*train, "--subset-seed", "-1"],
                            ["build", "--target", "onnxruntime", "--out", str(folder / "run-seed"), "--calib-seed",
                             "-1"])]
+    level = _edited_copy(good, folder, "ort_level_list", lambda r: r.__setitem__(
+        "onnxruntime", {"session": {"graph_optimization_level": ["all"]}}))
+    digit = str(folder / "digit8.png")
+    cases += [Case("sidecar graph_optimization_level is a list", "minor", ["predict", digit, "--model", str(level)], 1,
+                   "unknown ONNX Runtime graph optimisation level ['all']"),
+              Case("a graph that asks for 171 GB when it runs", "minor",
+                   ["predict", digit, "--model", str(alloc_at_run_onnx(folder))], 2, "ONNX Runtime cannot run")]
     if hasattr(os, "mkfifo"):
         os.mkfifo(folder / "results.fifo")
         cases.append(Case("serve --results on a FIFO", "minor", ["serve", "--model", str(good), "--inbox",
@@ -370,6 +377,19 @@ def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, clas
     write_sidecar(path, {"precision": "fp32", "classes": classes,
                          "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
     return path
+
+
+def alloc_at_run_onnx(folder: Path) -> Path:
+    """A classifier that loads (nothing is constant-folded) but asks for 171 GB when it runs: its logits Expand
+    to 2^32 rows, then ReduceMax back to one. Under Linux's default overcommit the allocation fails at once."""
+    from onnx import numpy_helper
+
+    shape, axes = (numpy_helper.from_array(np.array(v, np.int64)) for v in ([2 ** 32, 10], [0]))
+    nodes = [("Flatten", ["images"], ["flat"], {}), ("MatMul", ["flat", "w"], ["z"], {}),
+             ("Constant", [], ["s"], {"value": shape}), ("Expand", ["z", "s"], ["big"], {}),
+             ("Constant", [], ["a"], {"value": axes}), ("ReduceMax", ["big", "a"], ["logits"], {"keepdims": 1})]
+    return _tiny_onnx(folder, "alloc_at_run", np.zeros((3 * 36 * 36, 10)), "N", 10, [str(i) for i in range(10)],
+                      nodes=nodes)
 
 
 def _signed_16bit_tiff(path: Path) -> Path:
