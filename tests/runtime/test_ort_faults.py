@@ -26,3 +26,15 @@ def test_a_graph_that_fails_when_it_runs_is_an_input_error(tmp_path):
     with Classifier.load(alloc_at_run_onnx(tmp_path)) as clf:
         with pytest.raises(InputError, match="ONNX Runtime cannot run alloc_at_run.onnx: .*FAIL"):
             clf.predict([np.zeros((36, 36, 3), np.uint8)])
+
+
+def test_an_onnxruntime_build_this_machine_would_refuse_is_refused_first(tmp_path, monkeypatch):
+    import onnxruntime
+
+    from mlit_edge.export.onnx_export import export_onnx
+    from tests.helpers import tiny_model
+
+    monkeypatch.setattr(onnxruntime, "__version__", "1.20.0")
+    with pytest.raises(ValueError, match=r"x.onnx needs ONNX Runtime 1.23 or newer .*; this is 1.20.0"):
+        export_onnx(tiny_model(), tmp_path / "x.onnx", {}, attention="onnx")
+    assert list(tmp_path.iterdir()) == []
