@@ -76,7 +76,6 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
             problems.append(problem)
         if problems:
             failures.append(f"{case.defect}: {case.name}: {'; '.join(problems)}")
-    print("CORPUS", len(cases))
     assert not failures, "\n".join(failures)
     assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
     assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2", "round3",
