@@ -187,6 +187,53 @@ def make_corpus(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     cases += _runtime_round(folder, good)
     cases += _stream_clobber(folder, good)
     cases += _triton_config(folder, good)
+    cases += _minor_round(folder, good)
+    return cases
+
+
+def _minor_round(folder: Path, good: Path) -> list[Case]:
+    """Issue 35's minor cases: a file named like a pipeline, escape codes in a source's name, camera modes and
+    sensor ids no camera has, a batch that cannot fit, seeds no generator takes."""
+    import os
+
+    import cv2
+
+    clip = folder / "a ! b.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10, (36, 36))
+    for i in range(3):
+        writer.write(np.full((36, 36, 3), 60 * i, np.uint8))
+    writer.release()
+    escaped = folder / "e\x1b[2Jx.avi"
+    shutil.copyfile(clip, escaped)
+    model = ["--model", str(good), "--max-frames", "1"]
+    train = ["train", "--epochs", "1", "--out", str(folder / "run-seed")]
+    cases = [Case("stream: a file whose name holds ' ! '", "minor", ["stream", str(clip), *model], 0, "file source"),
+             Case("stream: escape codes in a file's name", "minor", ["stream", str(escaped), *model], 0,
+                  "e\\x1b[2Jx.avi: file source"),
+             Case("stream csi://² (not an ASCII digit)", "minor", ["stream", "csi://\u00b2", *model], 1,
+                  "a CSI camera is csi://N"),
+             Case("stream --batch 100000000", "minor", ["stream", str(clip), *model, "--batch", "100000000"], 1,
+                  "GiB of buffers (estimated)")]
+    cases += [Case(f"stream --camera {mode}", "minor", ["stream", "csi://0", *model, "--camera", mode], 1,
+                   "give a width and height from 1 to 16384") for mode in ("0x0@0", "100000x100000@30", "640x480@0")]
+    cases += [Case(f"{args[0]} {args[-2]} {args[-1]}", "minor", args, 2, "is not in the range",
+                   extra={"no_folder": "run-seed"})
+              for args in ([*train, "--seed", str(2 ** 64)], [*train, "--subset-seed", "-1"],
+                           ["build", "--target", "onnxruntime", "--out", str(folder / "run-seed"), "--calib-seed",
+                            "-1"])]
+    level = _edited_copy(good, folder, "ort_level_list", lambda r: r.__setitem__(
+        "onnxruntime", {"session": {"graph_optimization_level": ["all"]}}))
+    digit = str(folder / "digit8.png")
+    cases += [Case("sidecar graph_optimization_level is a list", "minor", ["predict", digit, "--model", str(level)], 1,
+                   "unknown ONNX Runtime graph optimisation level ['all']"),
+              Case("a graph that asks for 171 GB when it runs", "minor",
+                   ["predict", digit, "--model", str(alloc_at_run_onnx(folder))], 2, "ONNX Runtime cannot run")]
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "results.fifo")
+        cases.append(Case("serve --results on a FIFO", "minor", ["serve", "--model", str(good), "--inbox",
+                                                                 str(folder / "inbox-fifo"), "--results",
+                                                                 str(folder / "results.fifo")], 1,
+                          "is not a regular file"))
     return cases
 
 
@@ -330,6 +377,19 @@ def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, clas
     write_sidecar(path, {"precision": "fp32", "classes": classes,
                          "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
     return path
+
+
+def alloc_at_run_onnx(folder: Path) -> Path:
+    """A classifier that loads (nothing is constant-folded) but asks for 171 GB when it runs: its logits Expand
+    to 2^32 rows, then ReduceMax back to one. Under Linux's default overcommit the allocation fails at once."""
+    from onnx import numpy_helper
+
+    shape, axes = (numpy_helper.from_array(np.array(v, np.int64)) for v in ([2 ** 32, 10], [0]))
+    nodes = [("Flatten", ["images"], ["flat"], {}), ("MatMul", ["flat", "w"], ["z"], {}),
+             ("Constant", [], ["s"], {"value": shape}), ("Expand", ["z", "s"], ["big"], {}),
+             ("Constant", [], ["a"], {"value": axes}), ("ReduceMax", ["big", "a"], ["logits"], {"keepdims": 1})]
+    return _tiny_onnx(folder, "alloc_at_run", np.zeros((3 * 36 * 36, 10)), "N", 10, [str(i) for i in range(10)],
+                      nodes=nodes)
 
 
 def _signed_16bit_tiff(path: Path) -> Path:

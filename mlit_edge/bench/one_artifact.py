@@ -13,7 +13,7 @@ from ..runtime.artifact import RunnerOptions, open_artifact
 from ..runtime.routing import routing_agreement
 from ..runtime.runners import Runner
 from .options import ORT_PROVIDERS, BenchConfig, Reference
-from .fidelity import fidelity
+from .fidelity import fidelity, predicted
 from .host import nvmap_mb, peak_rss_mb, rss_mb
 from .power import PowerSampler
 from .stats import time_runner
@@ -113,7 +113,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
             routed, _ = open_any(path, cfg.runner_options(routing=True), content)
             with routed:
                 logits, routes = predict_all(routed, images, routes=True)
-        acc = {"images": int(len(labels)), "top1": float((logits.argmax(1) == labels).mean())}
+        acc = {"images": int(len(labels)), "top1": float((predicted(logits) == labels).mean())}  # NaN rows: wrong
         if ref is not None and ref.logits is not None:
             acc.update(fidelity(logits, ref.logits, labels))
             if routes and ref.routes and len(routes) == len(ref.routes):

@@ -5,6 +5,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..runtime.messages import printable
 from . import power
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def format_bench(report: dict) -> str:
     for a in report["artifacts"]:
         if a.get("device_mb") is not None:
             lines.append(f"device memory: {a['label']}: {a['device_mb']:.1f} MB")
-        lines += [f"note: {a['label']}: {n}" for n in a["notes"]]
+        lines += [f"note: {a['label']}: {printable(n)}" for n in a["notes"]]  # a note may quote a file's name
     return "\n".join(lines)
 
 

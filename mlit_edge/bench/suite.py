@@ -15,6 +15,7 @@ from pathlib import Path
 from ..export.torch_runner import checkpoint_opener
 from ..runtime.artifact import artifact_format
 from ..runtime.schema import ArtifactRecord
+from ..runtime.messages import printable
 from .one_artifact import bench_artifact, open_any
 from .options import BenchConfig, Reference
 from .host import check_memory, environment
@@ -111,7 +112,9 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         entries = bench_isolated(paths, cfg, images, labels, ref)
     else:  # one artifact at a time, so each memory figure is as much its own as one process allows
         entries = (bench_artifact(p, cfg, images, labels, ref) for p in paths)
+    names = table_labels(paths)
     for p, entry in zip(paths, entries):
+        entry["label"] = names[p]
         match, note = provenance.get(p, (None, None))
         entry["reference_match"] = match
         if note:
@@ -119,6 +122,13 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         report["artifacts"].append(entry)
         report["rows"] += [row(entry, int(b), stats) for b, stats in entry["latency"].items()]
     return report
+
+
+def table_labels(paths: list[str]) -> dict[str, str]:
+    """Each artifact's name in the table: its file name, or the path as given where two files share a name (in
+    different folders), with control characters escaped (a name is anyone's to choose)."""
+    names = [Path(p).name for p in paths]
+    return {p: printable(p if names.count(n) > 1 else n) for p, n in zip(paths, names)}
 
 
 def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bool | None, str | None]]:

@@ -16,6 +16,11 @@ USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, Arithmeti
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
 
 
+# A seed is 0 to 2^32 - 1: numpy's default_rng refuses a negative one, torch.manual_seed one past 2^64 (and the
+# loader's per-epoch seed, seed * 1000003 + ..., must stay within it), both in the library's words and mid-run
+SEED = click.IntRange(0, 2 ** 32 - 1)
+
+
 class FiniteFloat(click.FloatRange):
     """A FloatRange that also refuses nan and infinity (`1e309` too): nan passes every range check, and
     both would only fail later, mid-run ("loss became nan"), after a run folder was made."""

@@ -10,7 +10,7 @@ from ..export import FRONTENDS, PRECISIONS, TARGETS
 from ..export.requests import BuildRequest, ExportOptions, ExportRequest
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.profiles import JETPACKS, TENSORRTS
-from .common import FiniteFloat, OPSET, batch_triple, check_size, default, user_errors
+from .common import SEED, FiniteFloat, OPSET, batch_triple, check_size, default, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
                       help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
@@ -106,7 +106,7 @@ def export(**kw) -> None:
               help="TensorRT timing cache: read if it exists, written after the build.")
 @click.option("--dla-core", default=None, type=click.IntRange(min=0),
               help="Run on this DLA core with GPU fallback (Jetson Orin/Xavier).")
-@click.option("--calib-seed", default=default(BuildRequest, "calib_seed"), show_default=True, type=int)
+@click.option("--calib-seed", default=default(BuildRequest, "calib_seed"), show_default=True, type=SEED)
 @click.option("--calib-cache", default=None, type=click.Path(file_okay=False),
               help="Calibration cache folder [default: ~/.cache/mlit-edge/calibration].")
 @click.option("--no-calib-cache", is_flag=True, help="Always recalibrate.")

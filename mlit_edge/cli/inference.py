@@ -9,7 +9,7 @@ import click
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from .common import FiniteFloat, int_list, log, thread_count, user_errors
+from .common import FiniteFloat, int_list, thread_count, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
                           help="Refuse, per file and before decoding, images with more pixels than this.")
@@ -113,9 +113,28 @@ def serve(model_path, inbox, results, **kw) -> None:
     rename them into the inbox; a file is read only after it has held still for --settle seconds.
     """
     from ..runtime import watch
+    from ..runtime.inbox import say
 
-    log(f"serving {model_path}: watching {inbox}, results -> {results}")
+    say(f"serving {model_path}: watching {inbox}, results -> {results}")  # dropped, not fatal, on a full log disk
     watch(model_path, inbox, results, interval_s=kw.pop("interval"), **kw)
+
+
+def check_stream_batch(model_path: str, batch: int | None) -> None:
+    """Refuse a `stream --batch` whose buffers cannot fit this machine, before any frame is read, as `build
+    --batch` is refused (model.budget, from the model's record). An artifact whose sidecar does not read is
+    left to the loader, which says why in its own line."""
+    from ..model.budget import check_batch_fits
+    from ..model.records import record_config
+    from ..runtime.schema import ArtifactRecord
+    from ..runtime.sidecar import read_sidecar
+
+    if batch is None:
+        return
+    try:
+        config = ArtifactRecord.of(read_sidecar(model_path, verify_hash=False)).config
+    except (ValueError, OSError, TypeError, KeyError, AttributeError):
+        return
+    check_batch_fits(record_config(config), batch)
 
 
 @click.command()
@@ -164,6 +183,7 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
     if not mode:
         raise click.BadParameter(f"{camera!r}: expected WIDTHxHEIGHT@FPS, e.g. 1280x720@30", param_hint="--camera")
     opts = StreamOptions(output=output, results=results, camera=tuple(int(v) for v in mode.groups()), **kw)
+    check_stream_batch(model_path, opts.batch)
     summary = run_stream(model_path, source, opts)  # it opens --results, once it is known not to be an input
     code = 128 + summary["signal"] if summary.get("signal") else 0
     if summary.get("stalled_at_close"):

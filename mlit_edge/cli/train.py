@@ -7,7 +7,7 @@ from typing import Callable
 import click
 
 from ..model.config import GATINGS
-from .common import FiniteFloat, SIZE, int_list, parse_set, user_errors
+from .common import SEED, FiniteFloat, SIZE, int_list, parse_set, user_errors
 
 @click.command()
 @SIZE
@@ -56,7 +56,7 @@ training_options = _stacked([  # shared by train, pretrain and finetune
                      help="Mixed precision: auto is fp16 with a GradScaler on CUDA, bf16 on a CPU with AMX "
                           "(faster there) and fp32 on other CPUs; off is fp32 everywhere."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-        click.option("--seed", default=0, show_default=True, type=int),
+        click.option("--seed", default=0, show_default=True, type=SEED),
         click.option("--deterministic", is_flag=True, help="Use deterministic kernels (bitwise repeatable on CPU)."),
         click.option("--resident", is_flag=True,
                      help="Keep the whole dataset on the device and augment it there (fast GPU path)."),
@@ -83,7 +83,7 @@ few_labels = _stacked([  # train and finetune
                  help="Train on N labelled images of each class only: a class-balanced subset of the training "
                       "split, drawn by --subset-seed and recorded (indices' sha256) in the checkpoint and "
                       "metrics.jsonl [default: every image]."),
-    click.option("--subset-seed", default=0, show_default=True, type=int,
+    click.option("--subset-seed", default=0, show_default=True, type=SEED,
                  help="The draw of --labels-per-class's subset: the same seed gives the same images."),
 ])
 

@@ -75,6 +75,18 @@ def attention_record(attention: str, head_size: int | None = None, pad_to: int |
             "onnxruntime": {"session": ORT_SESSION, "requires": form.onnxruntime}}
 
 
+def check_installed_onnxruntime(attention: str, out: str | Path, opset: int) -> None:
+    """Refuse, before the export, a fused form this machine's ONNX Runtime is too old for: its own runtime would
+    refuse what is published (`runtime.schema.check_onnxruntime`, whose line it is)."""
+    try:
+        import onnxruntime
+    except ImportError:  # nothing here runs it: the device's runtime checks it at load
+        return
+    from ..runtime.schema import check_onnxruntime
+
+    check_onnxruntime(attention_record(attention), onnxruntime.__version__, Path(out), opset)
+
+
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
                 probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
                 attention: str = GROUPED, device: "DeviceProfile | None" = None, pad_to: int | None = None,
@@ -101,6 +113,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     out = Path(out)
     deployed = to_deploy(model, probe=probe, attention=attention, pad_to=pad_to, prune_last=prune_last)
     opset = export_opset(attention, opset)
+    if attention != GROUPED:
+        check_installed_onnxruntime(attention, out, opset)
     names = output_names(model.cfg.depth, probe)
     example = torch.zeros(batch or 2, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)

@@ -74,7 +74,11 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
 
 
 def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
-    import onnxruntime
+    try:
+        import onnxruntime
+    except ImportError:  # the runtime's fallback is optional on a Jetson (TensorRT runs the .plan)
+        raise RuntimeError(f"{path}: an .onnx artifact needs ONNX Runtime, which is not installed here: "
+                           "pip install onnxruntime (or run the .plan with TensorRT)") from None
 
     from .graph_scan import check_graph, default_opset
     from .runners import OnnxRuntimeRunner

@@ -37,7 +37,12 @@ TAIL_BYTES = 1 << 20  # [ours] the results' tail searched for the rows of claime
 
 
 def say(message: str) -> None:
-    print(f"mlit-edge serve: {printable(message)}", file=sys.stderr, flush=True)
+    """A line of the service's log on stderr. One that cannot be written (the log's disk is full, its pipe
+    closed) is dropped: the service and its rows in --results matter more than its log."""
+    try:
+        print(f"mlit-edge serve: {printable(message)}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def lock(inbox: Path) -> IO[str]:
@@ -174,6 +179,9 @@ class ResultsLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd = -1
+        if path.exists() and not path.is_file():  # a FIFO or a device: no size to repair to nor seek in
+            raise ValueError(f"--results {path} is not a regular file: serve appends whole lines to a file and cuts "
+                             "a torn last line, so give it a file (follow it with tail -F)")
         self._open()
 
     def _open(self) -> None:

@@ -31,6 +31,14 @@ def typed_line(exc: BaseException, limit: int | None = None) -> str:
     return type(exc).__name__ if line == type(exc).__name__ else f"{type(exc).__name__}: {line}"
 
 
+class _Printable(logging.Formatter):
+    """One log record, one line, with control characters escaped: a line may quote a file name or a URL the
+    user (or whoever named the file) chose, and an escape code in it would reach the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 class _Stderr(logging.StreamHandler):
     """A handler that writes to whatever `sys.stderr` is when a line is logged (a test runner may swap it)."""
 
@@ -51,7 +59,7 @@ def log_to_stderr() -> None:
     root = logging.getLogger("mlit_edge")
     if not any(isinstance(h, _Stderr) for h in root.handlers):
         handler = _Stderr()
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_Printable("%(message)s"))
         root.addHandler(handler)
     root.setLevel(logging.INFO)
     root.propagate = False

@@ -15,6 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .images import InputError
 from .messages import first_line, typed_line
 
 
@@ -133,7 +134,7 @@ class OnnxRuntimeRunner(Runner):
         opts.enable_mem_pattern = self.mem_pattern
         level = self.session_record.get("graph_optimization_level", "all")
         opts.graph_optimization_level = graph_level(ort, level)
-        opts.log_severity_level = 3
+        opts.log_severity_level = 4  # fatal only: what fails (at load or run) is raised as one line of ours
         available = ort.get_available_providers()
         providers = [p for p in (self.providers or ["CPUExecutionProvider"]) if p in available]
         if not providers:
@@ -167,7 +168,11 @@ class OnnxRuntimeRunner(Runner):
         self._session = None
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self.output_names, self._session.run(self.output_names, dict(feed))))
+        try:
+            outputs = self._session.run(self.output_names, dict(feed))
+        except Exception as e:  # ONNX Runtime's own types (Fail: a graph that asks for 32 GB) are no RuntimeError
+            raise InputError(f"ONNX Runtime cannot run {self.path.name}: {first_line(e, 300)}") from None
+        return dict(zip(self.output_names, outputs))
 
 
 # ONNX Runtime's element type names -> numpy's, for the types a classifier's input could be declared as
@@ -179,7 +184,7 @@ GRAPH_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "ext
 
 def graph_level(ort, name: str):
     """ONNX Runtime's graph optimisation level for the name a sidecar records."""
-    if name not in GRAPH_LEVELS:
+    if not isinstance(name, str) or name not in GRAPH_LEVELS:  # a list is no key ("unhashable type")
         raise ValueError(f"unknown ONNX Runtime graph optimisation level {name!r}: use one of "
                          f"{', '.join(GRAPH_LEVELS)}")
     return getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[name])

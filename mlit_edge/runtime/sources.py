@@ -37,11 +37,11 @@ def csi_pipeline(sensor: int, width: int = 1280, height: int = 720, fps: int = 3
 
 def parse_source(uri: str, width: int = 1280, height: int = 720, fps: int = 30) -> VideoSource:
     """`csi://0`, `/dev/video0` or `v4l2:///dev/video0`, `rtsp://...`, `http(s)://...`, a GStreamer pipeline
-    (`gst://...` or any text with ` ! `), or a video file (`file://...` or a path). `width`, `height`
+    (`gst://...` or any text with ` ! ` that is not the path of a file), or a video file (`file://...` or a path). `width`, `height`
     and `fps` are the CSI camera's mode. Raises SourceError for what is none of these."""
     if uri.startswith("csi://"):
         sensor = uri[len("csi://"):]
-        if not sensor.isdigit():
+        if not re.fullmatch(r"[0-9]{1,3}", sensor):  # ASCII: str.isdigit() takes '²', which int() refuses
             raise SourceError(f"{uri}: a CSI camera is csi://N, N the sensor id (csi://0)")
         return VideoSource(uri, "csi", csi_pipeline(int(sensor), width, height, fps), "gstreamer", True)
     if uri.startswith("v4l2://") or re.fullmatch(r"/dev/video\d+", uri):
@@ -51,7 +51,7 @@ def parse_source(uri: str, width: int = 1280, height: int = 720, fps: int = 30) 
         return VideoSource(uri, "v4l2", device, "v4l2", True)
     if uri.startswith(LIVE_SCHEMES):
         return VideoSource(uri, "stream", uri, "any", True)
-    if uri.startswith("gst://") or " ! " in uri:
+    if uri.startswith("gst://") or (" ! " in uri and not Path(uri).exists()):  # a file that exists is a file
         pipeline = uri[len("gst://"):] if uri.startswith("gst://") else uri
         return VideoSource(uri, "gstreamer", pipeline, "gstreamer", "filesrc" not in pipeline)
     path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)

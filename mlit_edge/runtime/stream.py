@@ -31,6 +31,7 @@ from .video import Frame, FrameReader, SourceError, VideoSource, import_cv2, par
 
 logger = logging.getLogger(__name__)
 
+MAX_SIDE, MAX_FPS = 16384, 1000  # [ours] past any CSI sensor's mode; FrameReader trusts no stated FPS over 1000
 FOURCC = {".avi": "MJPG", ".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "MJPG"}
 
 
@@ -51,6 +52,10 @@ class StreamOptions:
             raise ValueError("--every, --batch and --top-k must be at least 1")
         if not self.status_s >= 0:  # NaN too
             raise ValueError(f"--status-every {self.status_s}: give seconds >= 0")
+        width, height, fps = self.camera
+        if not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE and 1 <= fps <= MAX_FPS):
+            raise ValueError(f"--camera {width}x{height}@{fps}: give a width and height from 1 to {MAX_SIDE} and "
+                             f"an FPS from 1 to {MAX_FPS}")
         if self.output is not None and Path(self.output).suffix.lower() not in FOURCC:
             raise ValueError(f"{self.output}: write the annotated video as one of {', '.join(FOURCC)}")
 

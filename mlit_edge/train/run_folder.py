@@ -10,6 +10,15 @@ from . import checkpoint as ck
 from .data import ImageSet, describe_subset
 
 
+def same_dataset(a: str, b: str) -> bool:
+    """Whether two datasets' names are one dataset: an ImageFolder (`imagefolder:PATH`) by its resolved path,
+    so a run started on a relative path resumes on the absolute one (or through a link) and the reverse."""
+    prefix = "imagefolder:"
+    if a.startswith(prefix) and b.startswith(prefix):
+        return os.path.realpath(a[len(prefix):]) == os.path.realpath(b[len(prefix):])
+    return a == b
+
+
 def check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Path, subset: dict | None = None,
                  epochs: int | None = None) -> None:
     """Refuse to continue a checkpoint of another model, task, dataset or labelled subset, one without the
@@ -21,7 +30,7 @@ def check_resume(ckpt: dict, kind: str, cfg, size: str, data: ImageSet, path: Pa
         raise ck.CheckpointError(f"{path} was trained on another labelled subset ({describe_subset(ckpt.get('subset'))}"
                                  f"; this run: {describe_subset(subset)}). Use another --out, or the same "
                                  "--labels-per-class and --subset-seed")
-    if not same_config or ckpt["data"]["name"] != data.name:
+    if not same_config or not same_dataset(ckpt["data"]["name"], data.name):
         raise ck.CheckpointError(f"{path} holds a {ck.describe_checkpoint(ckpt)}; this run is {kind}-{size} on {data.name}. "
                                  "Use another --out, or drop --resume to start a new run elsewhere")
     missing = [k for k in ("optimizer", "scheduler", "rng") if not isinstance(ckpt.get(k), (dict, list))]

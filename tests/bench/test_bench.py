@@ -254,3 +254,21 @@ def test_tensorrt_runner_matches_onnxruntime_on_a_gpu(trio, tmp_path):
     plan, ort = report["artifacts"]
     assert plan["accuracy"]["top1"] == pytest.approx(ort["accuracy"]["top1"], abs=0.02)
     assert "gpu_compute" in plan["latency"]["1"]
+
+
+def test_nan_logits_count_as_wrong_not_as_class_0():
+    """argmax takes NaN for the maximum: all-NaN rows would be class 0, top-1 1.0 on labels of 0."""
+    from mlit_edge.bench.fidelity import predicted
+
+    nan, labels = np.full((4, 3), np.nan), np.zeros(4, np.int64)
+    good = np.eye(3)[labels]
+    assert list(predicted(np.vstack([good[:1], nan[:1]]))) == [0, -1]
+    out = fidelity(nan, good, labels)
+    assert (out["top1"], out["agreement"], out["top1_reference"]) == (0.0, 0.0, 1.0)
+
+
+def test_table_labels_tell_apart_one_name_in_two_folders_and_escape_codes():
+    from mlit_edge.bench.suite import table_labels
+
+    paths = ["a/m.onnx", "b/m.onnx", "x\x1b[2J.onnx", "c.plan"]
+    assert list(table_labels(paths).values()) == ["a/m.onnx", "b/m.onnx", "x\\x1b[2J.onnx", "c.plan"]

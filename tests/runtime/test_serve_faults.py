@@ -205,6 +205,39 @@ def test_a_failed_write_leaves_no_partial_line(tmp_path, monkeypatch):
     assert [r["path"] for r in rows(tmp_path / "r.jsonl")] == ["a.png", "c.png"]
 
 
+class FullDisk:
+    """A stderr on a full disk (as /dev/full is): every write fails with ENOSPC."""
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        raise OSError(28, "No space left on device")
+
+
+def test_serve_keeps_serving_and_its_rows_when_its_log_disk_is_full(tiny_onnx, tmp_path, monkeypatch):
+    """Its log lines (a torn results line cut, a file named done/ moved aside) are dropped, not fatal."""
+    from mlit_edge.runtime import watch
+
+    inbox, results = tmp_path / "inbox", tmp_path / "r.jsonl"
+    inbox.mkdir()
+    (inbox / "done").write_text("a file where the folder goes")
+    results.write_text('{"path": "before.png"}\n{"path": "to')
+    drop(inbox, ["a.png"])
+    monkeypatch.setattr(sys, "stderr", FullDisk())
+    assert watch(tiny_onnx, inbox, results, interval_s=0.01, max_files=1, settle_s=0) == 1
+    monkeypatch.undo()
+    assert [r["path"] for r in rows(results)] == ["before.png", "a.png"] and (inbox / "done").is_dir()
+
+
+def test_serve_refuses_results_that_are_a_fifo(tiny_onnx, tmp_path):
+    from mlit_edge.runtime import watch
+
+    os.mkfifo(tmp_path / "r.fifo")
+    with pytest.raises(ValueError, match="r.fifo is not a regular file"):
+        watch(tiny_onnx, tmp_path / "inbox", tmp_path / "r.fifo", max_files=1)
+
+
 MEMORY = """
 import json, sys
 from pathlib import Path

@@ -121,3 +121,15 @@ def test_a_zip_bomb_checkpoint_is_refused_from_its_declared_sizes(tmp_path, trai
         load_checkpoint(bomb)
     assert tracemalloc.get_traced_memory()[1] < 20 << 20
     tracemalloc.stop()
+
+
+def test_resume_takes_the_same_image_folder_by_its_absolute_path(tmp_path, monkeypatch):
+    """A run started on `--data folder` resumes on `--data /abs/folder` (and the reverse); another folder is not it."""
+    from mlit_edge.train.run_folder import same_dataset
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert same_dataset("imagefolder:folder", f"imagefolder:{tmp_path / 'folder'}")
+    assert same_dataset(f"imagefolder:{tmp_path}/./folder", "imagefolder:folder")
+    assert not same_dataset("imagefolder:folder", "imagefolder:other") and not same_dataset("mnist5k", "cifar10")
