@@ -24,7 +24,8 @@ RUNTIME_MODULE = {"onnxruntime": "onnxruntime", "torch": "torch"}  # imported be
 
 def bench_isolated(paths: list[str], cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
                    ref: Reference | None) -> list[dict]:
-    """`bench_artifact` for each path, each in its own child process; a child's failure is one line."""
+    """`bench_artifact` for each path, each in its own child process; a child's failure is its entry's one-line
+    `error` (the others are still measured and reported)."""
     entries = []
     with tempfile.TemporaryDirectory(prefix="mlit-bench-") as tmp:
         tmp = Path(tmp)
@@ -43,8 +44,10 @@ def bench_isolated(paths: list[str], cfg: BenchConfig, images: np.ndarray | None
                                    str(Path(path).resolve()), str(out)],
                                   stdout=subprocess.DEVNULL)  # its progress lines go to our stderr
             result = json.loads(out.read_text()) if out.is_file() else {}
-            if proc.returncode != 0 or "error" in result:
-                raise RuntimeError(f"{path}: {result.get('error') or f'bench process exited with {proc.returncode}'}")
+            if proc.returncode != 0 or "error" in result:  # this artifact's error; the others are still measured
+                entries.append({"artifact": str(path),
+                                "error": result.get("error") or f"bench process exited with {proc.returncode}"})
+                continue
             entry = result["entry"]
             entry["artifact"] = str(path)
             entries.append(entry)

@@ -61,6 +61,7 @@ def format_bench(report: dict) -> str:
         if a.get("device_mb") is not None:
             lines.append(f"device memory: {a['label']}: {a['device_mb']:.1f} MB")
         lines += [f"note: {a['label']}: {printable(n)}" for n in a["notes"]]  # a note may quote a file's name
+    lines += [f"error: {f['label']}: not benched: {printable(f['error'])}" for f in report.get("failed", [])]
     return "\n".join(lines)
 
 

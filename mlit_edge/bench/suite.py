@@ -69,6 +69,8 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         if not Path(p).exists():
             raise FileNotFoundError(f"{p} does not exist")
     formats = {p: artifact_format(p).name for p in paths}  # unknown types refused before any work
+    for p in paths:
+        _readable(p, formats[p])
     for p in paths:  # refuse unrunnable engines before measuring anything
         if formats[p] == "tensorrt":
             verify_plan(p)
@@ -111,9 +113,14 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
     if cfg.isolate:
         entries = bench_isolated(paths, cfg, images, labels, ref)
     else:  # one artifact at a time, so each memory figure is as much its own as one process allows
-        entries = (bench_artifact(p, cfg, images, labels, ref) for p in paths)
+        entries = (_in_process(p, cfg, images, labels, ref) for p in paths)
     names = table_labels(paths)
+    report["failed"] = []
     for p, entry in zip(paths, entries):
+        if "error" in entry:  # deleted mid-run, garbage behind a right suffix...: reported, the rest kept
+            report["failed"].append({"artifact": p, "label": names[p], "error": printable(entry["error"])})
+            logger.info(f"error: {names[p]}: {printable(entry['error'])}")
+            continue
         entry["label"] = names[p]
         match, note = provenance.get(p, (None, None))
         entry["reference_match"] = match
@@ -122,6 +129,31 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         report["artifacts"].append(entry)
         report["rows"] += [row(entry, int(b), stats) for b, stats in entry["latency"].items()]
     return report
+
+
+def _readable(path: str, fmt: str) -> None:
+    """A file that cannot be an artifact is refused before anything is measured: unreadable, empty, or an
+    .onnx whose first byte is not a serialized ModelProto's (field 1, ir_version, a varint: 0x08; onnx writes
+    fields in number order). What passes and still fails later is that artifact's error in the report."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1)
+    except OSError as e:
+        raise OSError(f"{printable(path)}: cannot be read ({e.strerror or e}); nothing was measured") from None
+    if not head:
+        raise ValueError(f"{printable(path)} is empty; nothing was measured")
+    if fmt == "onnxruntime" and path.endswith(".onnx") and head != b"\x08":
+        raise ValueError(f"{printable(path)} is not an ONNX model (no ModelProto header); nothing was measured")
+
+
+def _in_process(path: str, cfg: BenchConfig, images, labels, ref: Reference | None) -> dict:
+    """`bench_artifact` in this process; an artifact that fails is an entry with its one-line `error`."""
+    from ..runtime.messages import first_line
+
+    try:
+        return bench_artifact(path, cfg, images, labels, ref)
+    except (OSError, ValueError, RuntimeError) as e:  # InputError is a ValueError: the artifact's own fault
+        return {"artifact": path, "error": first_line(e)}
 
 
 def table_labels(paths: list[str]) -> dict[str, str]:
@@ -173,5 +205,14 @@ def bench_and_save(paths: list[str], cfg: BenchConfig, json_path: str | Path | N
         if folder is not None:
             _check_writable(option, folder)
     report = run_bench(paths, cfg)
-    save_report(report, json_path, plot_dir)
+    save_report(report, json_path, plot_dir)  # with every artifact that was measured, and what failed
     return report
+
+
+def failures(report: dict) -> str | None:
+    """One line naming the artifacts that could not be benched (None when all were), for the exit status."""
+    failed = report.get("failed") or []
+    if not failed:
+        return None
+    names = "; ".join(f"{f['label']}: {f['error']}" for f in failed)
+    return f"{len(failed)} of {len(failed) + len(report['artifacts'])} artifacts could not be benched ({names})"

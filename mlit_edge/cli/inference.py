@@ -54,11 +54,14 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
     """
     from ..bench.options import BenchConfig, provider_names
     from ..bench.report import format_bench
-    from ..bench.suite import bench_and_save
+    from ..bench.suite import bench_and_save, failures
 
     cfg = BenchConfig(providers=provider_names(providers), iterations=iterations,
                       duration_s=None if iterations else duration_s, **kw)
-    click.echo(format_bench(bench_and_save(list(artifacts), cfg, json_path, plot_dir)))
+    report = bench_and_save(list(artifacts), cfg, json_path, plot_dir)
+    click.echo(format_bench(report))
+    if failures(report):  # the table and the report hold the rest; the exit status says not all were benched
+        raise click.ClickException(failures(report))
 
 
 @click.command()

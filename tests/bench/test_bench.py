@@ -174,12 +174,35 @@ def test_ort_arena_switch_reaches_the_session_and_changes_no_output(trio):
     assert "CPU arena off" not in format_bench(on)
 
 
-@pytest.mark.slow
-def test_isolated_bench_reports_a_child_failure_in_one_line(trio, tmp_path):
-    bad = tmp_path / "broken.onnx"
+def test_files_that_cannot_be_artifacts_are_refused_before_anything_is_measured(tmp_path):
+    bad, empty = tmp_path / "broken.onnx", tmp_path / "empty.onnx"
     bad.write_bytes(b"not an onnx model")
-    with pytest.raises(RuntimeError, match="broken.onnx: "):
-        run_bench([str(bad)], replace(FAST, isolate=True, data="mnist5k"))
+    empty.write_bytes(b"")
+    for path, message in ((bad, "is not an ONNX model"), (empty, "is empty")):
+        with pytest.raises(ValueError, match=message + ".*nothing was measured"):
+            run_bench([str(path)], replace(FAST, isolate=True, data="mnist5k"))
+
+
+@pytest.mark.slow
+def test_an_artifact_that_fails_mid_run_is_its_row_and_the_rest_are_reported(trio, tmp_path):
+    """Garbage behind a right header, last in a glob (or a file deleted mid-run): that artifact's error, while
+    the others are measured, printed, saved in --json, and the exit status says not all were benched."""
+    ckpt, good, _ = trio
+    bad = tmp_path / "zz-broken.onnx"
+    bad.write_bytes(b"\x08" + b"\xff" * 64)  # passes the header check, fails to load
+    out = tmp_path / "r.json"
+    proc = subprocess.run([*CLI, "bench", str(good), str(bad), "--reference", str(ckpt), "--batch", "1",
+                           "--iterations", "3", "--warmup-ms", "0", "--limit", "16", "--json", str(out)],
+                          capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "good.onnx" in proc.stdout and "error: zz-broken.onnx: not benched:" in proc.stdout
+    assert "1 of 2 artifacts could not be benched (zz-broken.onnx: " in proc.stderr
+    assert len(proc.stderr.strip().splitlines()[-1]) < 600  # one line, not a traceback
+    r = json.loads(out.read_text())
+    assert [a["label"] for a in r["artifacts"]] == ["good.onnx"] and len(r["rows"]) == 1
+    assert [f["label"] for f in r["failed"]] == ["zz-broken.onnx"] and r["failed"][0]["error"]
+    in_process = run_bench([str(good), str(bad)], replace(FAST, reference=str(ckpt), limit=16))
+    assert len(in_process["artifacts"]) == 1 and in_process["failed"][0]["label"] == "zz-broken.onnx"
 
 
 @pytest.mark.slow
