@@ -94,7 +94,7 @@ def test_pretrain_then_finetune_on_embedded_data(tmp_path):
     assert len(rows[-1]["experts"]) == 3 + 2  # encoder and decoder MoE layers
     assert torch.load(tmp_path / "pre" / "checkpoint.pt", weights_only=True)["config"]["dec_dim"] == 12
     proc = cli("finetune", "--from", tmp_path / "pre" / "checkpoint.pt", "--epochs", "1", "--batch-size", "200",
-               "--no-progress", "--out", tmp_path / "ft", timeout=600)
+               "--labels-per-class", "40", "--no-progress", "--out", tmp_path / "ft", timeout=600)  # few labels
     assert "final test top-1" in proc.stdout
     ckpt = torch.load(tmp_path / "ft" / "checkpoint.pt", weights_only=True)
     assert ckpt["kind"] == "mlit" and ckpt["config"]["num_classes"] == 10 and ckpt["config"]["dim"] == 12
