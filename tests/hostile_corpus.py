@@ -351,7 +351,49 @@ def _triton_config(folder: Path, good: Path) -> list[Case]:
     cases.append(Case("export-triton: a planted REPO/.NAME.partial link", "triton",
                       ["export-triton", str(good), "--repo", str(repo), "--name", "planted"], 0,
                       extra={"check": untouched}))
-    return cases
+    return cases + _triton_external_data(folder)
+
+
+def _external_onnx(folder: Path, name: str, location: str | None = None) -> Path:
+    """`_tiny_onnx` with its weight saved as external data (NAME.data beside it); `location`: the one the graph
+    then records instead (the data file left where it is)."""
+    import onnx
+
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    path = _tiny_onnx(folder, name, np.zeros((3 * 36 * 36, 10)), "N", 10, [str(i) for i in range(10)])
+    onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=True, location=f"{name}.data",
+                    size_threshold=0)
+    if location is not None:
+        model = onnx.load(str(path), load_external_data=False)
+        [e for e in model.graph.initializer[0].external_data if e.key == "location"][0].value = location
+        onnx.save(model, str(path))
+    write_sidecar(path, json.loads(Path(f"{path}.json").read_text()))
+    return path
+
+
+def _triton_external_data(folder: Path) -> list[Case]:
+    """Issue 35: an ONNX whose weights live in a data file beside it is published with that file (Triton could
+    not load model.onnx without it); a data location that climbs out of the artifact's folder is refused."""
+    art, repo = _external_onnx(folder, "external"), folder / "repo-external"
+
+    def complete() -> str | None:
+        import onnx
+
+        model = repo / "external" / "1"
+        if not (model / "external.data").is_file():
+            return f"no external.data beside model.onnx: {sorted(p.name for p in model.iterdir())}"
+        try:
+            onnx.load(str(model / "model.onnx"))
+        except Exception as e:  # what Triton's loader would meet
+            return f"the published model.onnx does not load with its folder: {e}"
+        return None
+    hostile = _external_onnx(folder, "external_escape", "../../etc/passwd")
+    return [Case("export-triton: an ONNX with external data", "triton", ["export-triton", str(art), "--repo",
+                                                                         str(repo)], 0, extra={"check": complete}),
+            Case("export-triton: an external data location ../../etc/passwd", "triton",
+                 ["export-triton", str(hostile), "--repo", str(folder / "repo-escape")], 1,
+                 "not a file name beside it", extra={"no_folder": "repo-escape"})]
 
 
 def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, classes: list, nodes=None,

@@ -182,4 +182,4 @@ def export_triton(artifact: str, repo: str, name: str | None) -> None:
     """
     from ..runtime.triton import write_repository
 
-    click.echo(str(write_repository(artifact, repo, name)))
+    click.echo(str(write_repository(artifact, repo, name, warn=lambda line: click.echo(f"warning: {line}", err=True))))

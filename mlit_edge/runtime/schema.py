@@ -237,13 +237,20 @@ def _version(text: str) -> tuple[int, ...]:
 OPSET_NEEDS = {23: "1.23"}
 
 
+def onnxruntime_needed(record, opset: int | None = None) -> str:
+    """The oldest ONNX Runtime that runs the artifact: its sidecar's `onnxruntime.requires` or what its graph's
+    opset needs (OPSET_NEEDS), whichever is newer; "0.0" where neither says."""
+    rec = ArtifactRecord.of(record)
+    needs = [v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k] + [rec.ort_requires or "0.0"]
+    return max(needs, key=_version)
+
+
 def check_onnxruntime(record: dict, installed: str, path: str | Path, opset: int | None = None) -> None:
     """Refuse, in one line and before the session is made, an artifact whose graph needs a newer ONNX
     Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23). `opset`: the graph's
     own opset import, so a sidecar that lost its `onnxruntime.requires` is no way past the check."""
     rec = ArtifactRecord.of(record)
-    needs = [v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k] + [rec.ort_requires or "0.0"]
-    need = max(needs, key=_version)
+    need = onnxruntime_needed(rec, opset)
     if _version(installed) < _version(need):
         op = rec.attention_op or "its ops"
         raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "

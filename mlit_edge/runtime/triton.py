@@ -6,7 +6,9 @@ data types and dims from the engine's recorded I/O (a plan) or the graph (an ONN
 with dynamic batching where the batch dimension is dynamic (0 and full dims for a static batch, as
 Triton's model configuration asks). The config is parsed back with Triton's own parser before it is written
 (`triton_config`), and the model folder is staged in a fresh private folder (mkdtemp) renamed into place:
-nothing is written through a link, nor deleted, that someone else put in the repository.
+nothing is written through a link, nor deleted, that someone else put in the repository. An ONNX's external
+data files go beside model.onnx (each checked to be a plain file in the artifact's folder); an ONNX that needs
+a recent ONNX Runtime says so in a warning and a config comment (Triton's ORT backend ships per release).
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable, Optional
 
 from .artifact import BATCH_PROFILE
-from .schema import ArtifactRecord, classifier_fields
+from .graph_scan import default_opset
+from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
 from .sidecar import atomic_path, read_sidecar
 from .triton_config import MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
 
@@ -101,6 +105,63 @@ def onnx_io(path: Path) -> tuple[list[Tensor], list[Tensor]]:
     return tensors(graph.input), tensors(graph.output)
 
 
+def _graph_tensors(graph):
+    """Every TensorProto of a graph: initializers, sparse ones, node attributes, and those of subgraphs."""
+    for t in graph.initializer:
+        yield t
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            for sparse in (*([a.sparse_tensor] if a.HasField("sparse_tensor") else []), *a.sparse_tensors):
+                yield from (sparse.values, sparse.indices)
+            for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
+                yield from _graph_tensors(sub)
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+
+
+def external_data(path: Path, file_name: str) -> list[str]:
+    """The files beside `path` that hold its external data (each tensor's `location`), each checked to be a
+    plain file name in the artifact's own folder (no '..', no directory, no absolute path, no link out of it)
+    and to exist; ValueError in one line otherwise. Copied beside `file_name` (model.onnx), Triton loads it."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    folder, names = os.path.realpath(path.parent), []
+    for t in _graph_tensors(graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loc = {e.key: e.value for e in t.external_data}.get("location", "")
+        shown = repr(loc) if len(repr(loc)) <= 120 else repr(loc)[:120] + "..."
+        if (not loc or loc in (".", "..", file_name) or "/" in loc or "\\" in loc or "\0" in loc
+                or os.path.isabs(loc)):
+            raise ValueError(f"{path.name}: tensor {t.name[:80]!r} keeps its data in {shown}, not a file name "
+                             f"beside it (nor {file_name}); refused: re-save it with onnx.save_model(..., "
+                             "save_as_external_data=True, location='NAME.data')")
+        source = path.parent / loc
+        if os.path.dirname(os.path.realpath(source)) != folder:
+            raise ValueError(f"{path.name}: its external data {shown} is a link out of its folder; refused")
+        if not source.is_file():
+            raise ValueError(f"{path.name} keeps its weights in {shown}, which is not beside it; copy it next "
+                             f"to {path.name}")
+        if loc not in names:
+            names.append(loc)
+    return names
+
+
+def ort_notes(content: bytes, record: dict) -> tuple[str, ...]:
+    """For an ONNX that needs a recent ONNX Runtime (an -ort artifact: opset 23 Attention, or its sidecar's
+    `onnxruntime.requires`), the one line that says so: Triton's ONNX Runtime backend is its own, per release.
+    No file name in it: it is also a config.pbtxt comment, which takes printable ASCII only."""
+    need = onnxruntime_needed(record, default_opset(content))
+    if _version(need) <= (0, 0):
+        return ()
+    return (f"this model needs ONNX Runtime {need} or newer: check that your Triton release's ONNX Runtime "
+            f"backend is >= {need} (its release notes name the ONNX Runtime it ships)",)
+
+
 def _max_batch(inputs: list[Tensor], record: dict) -> int:
     """0 for a static batch; otherwise the largest batch the artifact allows (a plan's profile maximum)."""
     if not inputs or inputs[0].shape[:1] != (-1,):
@@ -139,12 +200,14 @@ def _umask() -> int:
     return mask
 
 
-def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None) -> Path:
+def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None,
+                     warn: Optional[Callable[[str], None]] = None) -> Path:
     """Write the model folder for `artifact` into the repository `repo`; returns the model folder.
 
     Refuses an artifact that is not an mlit-edge classifier, a name Triton would not accept, a config that
     does not parse back as meant, and a model folder that already exists (Triton serves every folder it
-    finds; replacing one is the user's call). Everything is checked before the repository is touched.
+    finds; replacing one is the user's call). Everything is checked before the repository is touched. An
+    ONNX's external data files are copied beside model.onnx; `warn` gets the ONNX Runtime version it needs.
     """
     artifact, repo = Path(artifact), Path(repo)
     if artifact.suffix not in PLATFORMS:
@@ -158,7 +221,10 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     platform, file_name = PLATFORMS[artifact.suffix]
     inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact)
     check_tensors(inputs, outputs, artifact.name)
-    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record))
+    is_onnx = artifact.suffix == ".onnx"
+    data = external_data(artifact, file_name) if is_onnx else []
+    notes = ort_notes(content, record) if is_onnx else ()
+    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes)
     folder = repo / name
     if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")
@@ -166,6 +232,8 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     try:
         (staging / "1").mkdir()
         (staging / "1" / file_name).write_bytes(content)  # the very bytes that were checked
+        for data_name in data:  # checked above: plain file names in the artifact's folder
+            shutil.copyfile(artifact.parent / data_name, staging / "1" / data_name)
         (staging / "config.pbtxt").write_text(config)
         with atomic_path(staging / "mlit-edge.json") as tmp:  # provenance: the sidecar, next to the config
             Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
@@ -177,4 +245,6 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # made by _staging above, in this call: ours to remove
         raise
+    for note in notes:
+        (warn or (lambda line: None))(note)
     return folder

@@ -11,6 +11,7 @@ second input, a `parameters` block), is never written.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -67,9 +68,14 @@ def _dims(shape: tuple[int, ...]) -> str:
     return "[ " + ", ".join(str(d) for d in shape) + " ]"
 
 
-def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int) -> str:
-    """config.pbtxt in protobuf text format. `max_batch` 0: a static batch, dims include it."""
-    lines = [f"name: {quote(name)}", f"platform: {quote(platform)}", f"max_batch_size: {max_batch}"]
+def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
+                 notes: tuple[str, ...] = ()) -> str:
+    """config.pbtxt in protobuf text format. `max_batch` 0: a static batch, dims include it. `notes`: comment
+    lines on top (printable ASCII only, so that none can end its comment)."""
+    if not all(re.fullmatch(r"[ -~]*", note) for note in notes):
+        raise ValueError("a config.pbtxt comment holds a byte outside printable ASCII; nothing was written")
+    lines = [f"# {note}" for note in notes]
+    lines += [f"name: {quote(name)}", f"platform: {quote(platform)}", f"max_batch_size: {max_batch}"]
     for section, tensors in (("input", inputs), ("output", outputs)):
         items = []
         for t in tensors:
@@ -125,13 +131,14 @@ def _meant(pb2: ModuleType, name: str, platform: str, inputs: list[Tensor], outp
     return cfg
 
 
-def checked_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int) -> str:
+def checked_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
+                   notes: tuple[str, ...] = ()) -> str:
     """`model_config`'s text, once Triton's parser reads it back as exactly the config meant (name, platform,
     max_batch_size, every input and output with its type and dims, and nothing else); ValueError otherwise."""
     from google.protobuf import text_format
 
     pb2 = model_config_pb2()
-    text = model_config(name, platform, inputs, outputs, max_batch)
+    text = model_config(name, platform, inputs, outputs, max_batch, notes)
     try:
         parsed = text_format.Parse(text, pb2.ModelConfig())
     except text_format.ParseError as e:

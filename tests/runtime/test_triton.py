@@ -235,3 +235,66 @@ def test_without_tritonclient_the_config_is_not_written_and_the_error_says_what_
     finally:
         triton_config.model_config_pb2.cache_clear()
     assert not (tmp_path / "repo").exists()
+
+
+def external_onnx(folder: Path, location=None) -> Path:
+    """`named_onnx` saved with its weight in external data (x.data beside it); `location`: the one recorded."""
+    import onnx
+
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    path = named_onnx(folder)
+    model = onnx.load(str(path))
+    onnx.save_model(model, str(path), save_as_external_data=True, location="x.data", size_threshold=0)
+    if location is not None:  # rewritten in the graph, the data file left where it is
+        model = onnx.load(str(path), load_external_data=False)
+        [e for e in model.graph.initializer[0].external_data if e.key == "location"][0].value = location
+        onnx.save(model, str(path))
+    write_sidecar(path, json.loads(Path(f"{path}.json").read_text()))
+    return path
+
+
+def test_an_onnx_with_external_data_is_published_with_its_data_file(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    art = external_onnx(tmp_path)
+    folder = Path(cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip())
+    assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.onnx", "x.data"] and not (folder / "x.data").exists()
+    weight = numpy_helper.to_array(onnx.load(str(folder / "1" / "model.onnx")).graph.initializer[0])
+    assert weight.shape == (3 * 36 * 36, 10) and not np.any(weight)
+    assert parse(folder)[0].name == "named"
+
+
+@pytest.mark.parametrize("location, words", [("../../etc/passwd", "not a file name beside it"),
+                                             ("/etc/passwd", "not a file name beside it"),
+                                             ("model.onnx", "not a file name beside it"),
+                                             ("gone.data", "which is not beside it")])
+def test_an_external_data_location_outside_its_folder_or_missing_is_refused(location, words, tmp_path):
+    refused([external_onnx(tmp_path, location)], tmp_path, words)
+
+
+def test_external_data_linked_out_of_its_folder_is_refused(tmp_path):
+    (tmp_path / "art").mkdir()
+    art, data = external_onnx(tmp_path / "art"), tmp_path / "art" / "x.data"
+    data.rename(tmp_path / "secret")
+    data.symlink_to(tmp_path / "secret")
+    refused([art], tmp_path, "a link out of its folder")
+
+
+def test_an_ort_artifact_warns_which_onnxruntime_triton_must_ship_and_a_portable_one_does_not(tiny, tmp_path):
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    art = named_onnx(tmp_path)
+    write_sidecar(art, {**json.loads(Path(f"{art}.json").read_text()), "runtime": "onnxruntime",
+                        "onnxruntime": {"session": {}, "requires": "1.23"}})
+    proc = cli("export-triton", art, "--repo", tmp_path / "repo")
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ONNX Runtime 1.23" in lines[0] and lines[0].startswith("warning:")
+    assert "check that your Triton release's ONNX Runtime backend is >= 1.23" in lines[0]
+    folder = Path(proc.stdout.strip())
+    assert "# this model needs ONNX Runtime 1.23" in (folder / "config.pbtxt").read_text()
+    assert parse(folder)[0].name == "named" and not parse(folder)[0].parameters
+    portable = cli("export-triton", tiny, "--repo", tmp_path / "repo")
+    assert "warning" not in portable.stderr and "#" not in (Path(portable.stdout.strip()) / "config.pbtxt").read_text()
