@@ -375,14 +375,14 @@ def _external_onnx(folder: Path, name: str, location: str | None = None) -> Path
 def _triton_external_data(folder: Path) -> list[Case]:
     """Issue 35: an ONNX whose weights live in a data file beside it is published with that file (Triton could
     not load model.onnx without it); a data location that climbs out of the artifact's folder is refused."""
-    art, repo = _external_onnx(folder, "external"), folder / "repo-external"
+    art, repo = _external_onnx(folder, "with_data"), folder / "repo-external"  # not external.onnx: another case's
 
     def complete() -> str | None:
         import onnx
 
-        model = repo / "external" / "1"
-        if not (model / "external.data").is_file():
-            return f"no external.data beside model.onnx: {sorted(p.name for p in model.iterdir())}"
+        model = repo / "with_data" / "1"
+        if not (model / "with_data.data").is_file():
+            return f"no with_data.data beside model.onnx: {sorted(p.name for p in model.iterdir())}"
         try:
             onnx.load(str(model / "model.onnx"))
         except Exception as e:  # what Triton's loader would meet
