@@ -22,13 +22,19 @@ class Report:
     def rows(self) -> List[dict]:
         return self.data["rows"]
 
+    @property
+    def failed(self) -> List[dict]:
+        """The artifacts that could not be benched, each with its one-line `error` (the CLI exits 1 on them)."""
+        return self.data.get("failed", [])
+
     def __str__(self) -> str:
         from .report import format_bench
 
         return format_bench(self.data)
 
     def __repr__(self) -> str:
-        return f"mlit_edge.bench.Report({len(self.rows)} rows)"
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        return f"mlit_edge.bench.Report({len(self.rows)} rows{failed})"
 
 
 def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optional[PathLike] = None,
