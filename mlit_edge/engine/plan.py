@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.schema import ArtifactRecord
@@ -35,6 +35,7 @@ class BuildOptions:
     strongly_typed: bool = True  # the device profile's typing (runtime.profiles): False for TensorRT 8.x
     precision: str = "fp32"  # what the ONNX carries: a weakly typed build sets the builder flags for it
     fp32_layers: tuple[str, ...] = ()  # ONNX nodes a weakly typed build pins to fp32 (the sidecar's fp32_layers)
+    calibrator: Any = None  # an IInt8EntropyCalibrator2 (engine/dla_int8.py): implicit INT8 from the fp32 ONNX
 
 
 def network_flags(module: ModuleType, strongly_typed: bool) -> int:
@@ -107,8 +108,12 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         settings.update(explicit_batch=True, fp16=opts.precision in ("fp16", "int8"), int8=opts.precision == "int8")
         if settings["fp16"]:
             config.set_flag(trt.BuilderFlag.FP16)
-        if settings["int8"]:  # the Q/DQ graph is explicitly quantized: no calibrator
+        if settings["int8"] and opts.calibrator is None:  # the Q/DQ graph is explicitly quantized: no calibrator
             config.set_flag(trt.BuilderFlag.INT8)
+        elif opts.calibrator is not None:  # the DLA's INT8: calibrated from the fp32 graph (engine/dla_int8.py)
+            from .dla_int8 import configure_implicit_int8
+
+            settings.update(configure_implicit_int8(config, module, opts.calibrator))
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
         settings.update(obey_precision_constraints=True, fp32_layers=pin_fp32(network, module, opts.fp32_layers))
     inp = network.get_input(0)
@@ -131,6 +136,10 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         from .dla import configure_dla
 
         settings["dla"] = configure_dla(builder, config, network, module, opts.dla_core)
+        if not opts.strongly_typed:  # fp32 pins cannot stay fp32 on the DLA: they run on the GPU (dla_int8.py)
+            from .dla_int8 import pinned_to_gpu
+
+            settings["dla"]["fp32_gpu_layers"] = pinned_to_gpu(config, network, module, lambda l: l.precision_is_set)
         settings.update(dla_core=opts.dla_core, gpu_fallback=True)
     engine = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
