@@ -56,10 +56,10 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
 
         require_torch_tensorrt(req.precision)
     dla_int8 = req.dla_core is not None and req.precision == "int8"
-    if dla_int8 and target[0] != "tensorrt":  # before TensorRT-RTX is imported: it has no implicit INT8 at all
+    if dla_int8 and (target[0] != "tensorrt" or req.frontend != "onnx"):  # before TensorRT(-RTX) is imported
         from .dla import check_dla_int8
 
-        check_dla_int8(target[0], None, req.onnx)
+        check_dla_int8(target[0], None, req.onnx, req.frontend)
     trt = import_trt(target[0]) if target[0] in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
     if dla_int8:  # calibrated INT8 from the fp32 graph (engine/dla_int8.py); a Q/DQ ONNX is refused
         from .dla import check_dla_int8

@@ -38,15 +38,13 @@ def check_dla_request(dla_core: int | None, precision: str, batch: int | None) -
         raise ValueError("--dla-core needs a static batch (the DLA takes static shapes only): add --batch N")
 
 
-def check_dla_int8(target: str, module: ModuleType | None, onnx: str | None) -> None:
+def check_dla_int8(target: str, module: ModuleType | None, onnx: str | None, frontend: str = "onnx") -> None:
     """A one-line ValueError for `--dla-core --precision int8` where implicit quantization does not exist
-    (TensorRT-RTX, a release without the calibrator) or from a Q/DQ ONNX (engine/dla_int8.py)."""
+    (TensorRT-RTX, a release without the calibrator) or from a Q/DQ ONNX (engine/dla_int8.py). `module`: the
+    imported TensorRT, None when called before the import (refusing TensorRT-RTX without needing it)."""
     from .dla_int8 import holds_qdq, implicit_int8_refusal
 
-    if target == "tensorrt-rtx" or module is None:  # refused before TensorRT-RTX (which has no DLA) is needed
-        raise ValueError("--dla-core with --precision int8: TensorRT-RTX has no implicit quantization (no "
-                         "IInt8EntropyCalibrator2, no DLA); build --dla-core with --precision fp16")
-    why = implicit_int8_refusal(module)
+    why = implicit_int8_refusal(target, module, frontend)
     if why:
         raise ValueError(why)
     if onnx is not None and holds_qdq(onnx):

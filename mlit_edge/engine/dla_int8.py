@@ -34,15 +34,22 @@ if TYPE_CHECKING:
 CALIBRATOR = "IInt8EntropyCalibrator2"
 
 
-def implicit_int8_refusal(module: ModuleType) -> Optional[str]:
-    """Why `module` cannot build a calibrated INT8 engine (one line), or None when it can."""
-    name = f"{module.__name__} {getattr(module, '__version__', '?')}"
-    if module.__name__ == "tensorrt_rtx":  # strongly typed only, no calibrator and no DLA
-        return (f"--dla-core with --precision int8: {name} has no implicit quantization (no {CALIBRATOR}, "
+def implicit_int8_refusal(target: str, module: Optional[ModuleType], frontend: str = "onnx") -> Optional[str]:
+    """Why `target` (with its imported `module`, None before the import) cannot build a calibrated INT8
+    engine, in one line; None when it can."""
+    from ..runtime.trt_env import MODULES
+
+    if target == "tensorrt-rtx" or (module is not None and module.__name__ == MODULES["tensorrt-rtx"]):
+        return (f"--dla-core with --precision int8: TensorRT-RTX has no implicit quantization (no {CALIBRATOR}, "
                 "no DLA); build --dla-core with --precision fp16")
-    if not hasattr(module, CALIBRATOR):
-        return (f"--dla-core with --precision int8: {name} has no {CALIBRATOR} (implicit quantization, the only "
-                "INT8 the DLA takes, is gone from this release); build --dla-core with --precision fp16")
+    if target != "tensorrt":
+        return f"--dla-core builds a TensorRT engine for a Jetson's DLA: use --target tensorrt, not {target}"
+    if frontend != "onnx":  # the calibrator is TensorRT's builder's, fed through its ONNX parser's network
+        return "--dla-core with --precision int8 builds through TensorRT's ONNX parser: drop --frontend " + frontend
+    if module is not None and not hasattr(module, CALIBRATOR):
+        return (f"--dla-core with --precision int8: {module.__name__} {getattr(module, '__version__', '?')} has no "
+                f"{CALIBRATOR} (implicit quantization, the only INT8 the DLA takes, is gone from this release); "
+                "build --dla-core with --precision fp16")
     return None
 
 
@@ -131,14 +138,14 @@ def configure_implicit_int8(config: trt.IBuilderConfig, module: ModuleType, cali
 
 
 def pinned_to_gpu(config: trt.IBuilderConfig, network: trt.INetworkDefinition, module: ModuleType,
-                  is_pinned: Callable[[trt.ILayer], bool]) -> List[str]:
+                  is_pinned: Callable[[str], bool]) -> List[str]:
     """Run the fp32-pinned layers on the GPU: the DLA has no fp32 (see the module docstring)."""
     if not TYPE_CHECKING:
         trt = module
     names = []
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if is_pinned(layer):
+        if is_pinned(layer.name):
             config.set_device_type(layer, trt.DeviceType.GPU)
             names.append(layer.name)
     return names

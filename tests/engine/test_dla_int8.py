@@ -105,9 +105,9 @@ def test_the_config_gets_int8_fp16_and_the_calibrator_and_pins_run_on_the_gpu(br
     rec = configure_implicit_int8(config, trt, cal)
     assert config.flags == {trt.BuilderFlag.INT8, trt.BuilderFlag.FP16} and config.int8_calibrator is cal
     assert rec == {"int8": True, "fp16": True, "implicit_quantization": True, "calibrator": CALIBRATOR}
-    layers = [SimpleNamespace(name=f"n{i}", precision_is_set=i in (1, 3)) for i in range(4)]
+    layers = [SimpleNamespace(name=f"n{i}") for i in range(4)]
     network = SimpleNamespace(num_layers=4, get_layer=layers.__getitem__)
-    assert pinned_to_gpu(config, network, trt, lambda l: l.precision_is_set) == ["n1", "n3"]
+    assert pinned_to_gpu(config, network, trt, {"n1", "n3"}.__contains__) == ["n1", "n3"]
     assert config.devices == {"n1": trt.DeviceType.GPU, "n3": trt.DeviceType.GPU}
 
 
@@ -123,6 +123,8 @@ def test_the_weakly_typed_network_has_no_strongly_typed_flag():
 def test_no_implicit_quantization_and_a_qdq_onnx_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="^--dla-core with --precision int8: TensorRT-RTX has no implicit quant"):
         check_dla_int8("tensorrt-rtx", None, None)
+    with pytest.raises(ValueError, match="^--dla-core with --precision int8 builds through TensorRT's ONNX parser"):
+        check_dla_int8("tensorrt", None, None, "torch-tensorrt")
     gone = SimpleNamespace(__name__="tensorrt", __version__="11.0")  # a release whose bindings lack it
     with pytest.raises(ValueError, match=re.escape("tensorrt 11.0 has no IInt8EntropyCalibrator2")) as e:
         check_dla_int8("tensorrt", gone, None)
@@ -133,3 +135,38 @@ def test_no_implicit_quantization_and_a_qdq_onnx_are_refused_in_one_line(tmp_pat
     with pytest.raises(ValueError, match=re.escape("is a Q/DQ graph, which the DLA does not run (NVIDIA/TensorRT#2222)")):
         check_dla_int8("tensorrt", _trt("release/10.3"), str(qdq))
     check_dla_int8("tensorrt", _trt("release/10.3"), str(fp32))  # the fp32 graph is what it calibrates
+
+
+def test_build_serialized_makes_a_weakly_typed_calibrated_dla_engine_with_the_pins_on_the_gpu(tmp_path):
+    """plan.build_serialized end to end on test_profiles' TensorRT stand-in, given a DLA: the flags really set."""
+    from mlit_edge.engine.plan import BuildOptions, build_serialized
+    from tests.engine.test_profiles import _FakeTRT, _Enum
+
+    trt = _FakeTRT()
+    trt.DeviceType = _Enum("GPU", "DLA")
+    fake_builder, devices, made = trt.Builder, {}, []
+
+    class Builder(fake_builder):
+        num_DLA_cores = 2
+
+        def create_builder_config(self):
+            config = super().create_builder_config()
+            config.can_run_on_DLA = lambda layer: layer.type != trt.LayerType.TOPK
+            config.set_device_type = lambda layer, kind: devices.__setitem__(layer.name, kind)
+            made.append(config)
+            return config
+
+    trt.Builder, cal = Builder, object()
+    result = build_serialized(tmp_path / "m.onnx", trt, BuildOptions(
+        dla_core=1, strongly_typed=False, precision="int8", fp32_layers=("node_Gemm_3",), calibrator=cal))
+    assert result["ok"] and trt.created_with == 1 << trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH
+    assert set(trt.set_flags) == {trt.BuilderFlag.INT8, trt.BuilderFlag.FP16, trt.BuilderFlag.GPU_FALLBACK,
+                                  trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS}
+    (config,) = made
+    assert config.int8_calibrator is cal and config.default_device_type == trt.DeviceType.DLA and config.DLA_core == 1
+    flags = result["flags"]
+    assert flags["strongly_typed"] is False and flags["calibrator"] == CALIBRATOR and flags["implicit_quantization"]
+    # the pinned layers (the named Gemm, softmax by its type) run fp32 on the GPU; TopK falls back by TensorRT's word
+    assert devices == {"node_Gemm_3": trt.DeviceType.GPU, "node_Softmax_5": trt.DeviceType.GPU}
+    assert flags["dla"]["fp32_gpu_layers"] == ["node_Gemm_3", "node_Softmax_5"]
+    assert [g["name"] for g in flags["dla"]["gpu_layers"]] == ["router_TopK"]
