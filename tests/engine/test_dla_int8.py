@@ -170,3 +170,36 @@ def test_build_serialized_makes_a_weakly_typed_calibrated_dla_engine_with_the_pi
     assert devices == {"node_Gemm_3": trt.DeviceType.GPU, "node_Softmax_5": trt.DeviceType.GPU}
     assert flags["dla"]["fp32_gpu_layers"] == ["node_Gemm_3", "node_Softmax_5"]
     assert [g["name"] for g in flags["dla"]["gpu_layers"]] == ["router_TopK"]
+
+
+def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it(tiny_onnx, monkeypatch, tmp_path):
+    """`mlit-edge build --onnx FP32 --dla-core 0 --precision int8` through run_build, TensorRT and CUDA stood in:
+    the engine is built from the fp32 graph, fed exactly the manifest's images, and the sidecar says so."""
+    import mlit_edge.engine.plan as plan
+    import mlit_edge.runtime.trt_env as trt_env
+    import mlit_edge.runtime.trt_runner as trt_runner
+    from mlit_edge.engine.build import BuildRequest, run_build
+    from mlit_edge.export.calibration import calibration_set, resolve_recipe
+
+    trt, rt, fed = _trt("release/10.3"), FakeCudart(), []
+    monkeypatch.setattr(trt_env, "_import", lambda name: trt if name == "tensorrt" else __import__(name))
+    monkeypatch.setattr(trt_runner, "_cudart", lambda: rt)
+
+    def build(onnx, module, opts):
+        cal = opts.calibrator
+        assert Path(onnx) == tiny_onnx and not opts.strongly_typed and opts.dla_core == 0
+        while (ptrs := cal.get_batch(["images"])) is not None:
+            fed.append(np.frombuffer(bytes(rt.memory[ptrs[0]]), np.float32).copy())
+        cal.write_calibration_cache(b"cache")
+        return {"module": "tensorrt", "version": "10.3", "ok": True, "engine": b"plan", "layers": 1, "build_s": 0.0,
+                "flags": {"strongly_typed": False, "dla_core": 0}, "io": {}}
+
+    monkeypatch.setattr(plan, "build_serialized", build)
+    built = run_build(BuildRequest(onnx=str(tiny_onnx), precision="int8", target="tensorrt", dla_core=0, batch=4,
+                                   calib_n=8, out=str(tmp_path / "o"), evaluate=False))
+    want = calibration_set(resolve_recipe(None, 8, 0, built.record.dataset))
+    np.testing.assert_array_equal(np.concatenate(fed), want.images.reshape(-1))
+    calib = built.record["engine"]["flags"]["calibration"]
+    assert built.artifact.name.endswith("-int8.plan") and built.record["precision"] == "int8"
+    assert calib["manifest_sha256"] == want.manifest["sha256"] and calib["images"] == 8
+    assert calib["cache_sha256"] == __import__("hashlib").sha256(b"cache").hexdigest()
