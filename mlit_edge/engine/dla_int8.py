@@ -3,8 +3,10 @@
 The DLA does not run a Q/DQ graph ("Currently, DLA doesn't support QAT yet", NVIDIA/TensorRT#2222) and takes
 INT8 only through post-training calibration ("DLA only supports IInt8EntropyCalibrator2 in PTQ", ibid.). So:
 - the network is parsed from the fp32 (portable) ONNX, weakly typed (no STRONGLY_TYPED), and the builder gets
-  INT8 plus FP16, so a layer without an INT8 DLA kernel still runs in half precision rather than fp32 (TensorRT
-  developer guide, "Working with DLA": "enable both FP16 and INT8" for DLA INT8 builds);
+  INT8 plus FP16: DLA support "is currently limited to networks running in FP16 and INT8 mode" (TensorRT
+  developer guide, "Running on DLA during TensorRT Inference"), so a layer without an INT8 DLA kernel has only
+  FP16 there; INT8 alone would send it to the GPU in fp32. NVIDIA's own INT8 path sets both flags the same
+  way (NVIDIA/TRTorch 26709cc, "Enable FP16 kernels for INT8 applications");
 - the calibrator is `IInt8EntropyCalibrator2`, which NVIDIA's bindings define in release/8.5 through 10.16
   (python/src/infer/pyInt8.cpp; engine/data/trt_python_api.json) with `IBuilderConfig.int8_calibrator`
   "Deprecated in TensorRT 10.1. Superseded by explicit quantization." (pyCore.cpp 10.3-10.16). A module
