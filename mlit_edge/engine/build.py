@@ -85,7 +85,7 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
         fields = engine_record(final.path, final.record, final.sha256, result, local_env(plan.target), plan.target,
                                plan.frontend, plan.device.record() if plan.device else None)
         if dla_int8:  # the engine is INT8 though its source ONNX is the fp32 graph
-            fields["precision"] = "int8"
+            fields.update(precision="int8", calibration_sha256=result["flags"]["calibration"]["manifest_sha256"])
         record = write_plan(result["engine"], plan.engine, fields)
         if "dla" in result["flags"]:
             from .dla import format_placement

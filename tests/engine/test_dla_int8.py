@@ -201,5 +201,6 @@ def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it
     np.testing.assert_array_equal(np.concatenate(fed), want.images.reshape(-1))
     calib = built.record["engine"]["flags"]["calibration"]
     assert built.artifact.name.endswith("-int8.plan") and built.record["precision"] == "int8"
-    assert calib["manifest_sha256"] == want.manifest["sha256"] and calib["images"] == 8
+    assert calib["manifest_sha256"] == want.manifest["sha256"] == built.record["calibration_sha256"]
+    assert calib["images"] == 8
     assert calib["cache_sha256"] == __import__("hashlib").sha256(b"cache").hexdigest()
