@@ -10,11 +10,12 @@ leaves no partial artifact under a final name.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..export.pipeline import export_stage
 from ..export.requests import BuildRequest
+from ..export.flavours import artifact_name
 from ..export.resolve import BuildPlan, resolve_plan, resolve_target
 from ..export.source import Source, open_source
 from ..runtime.schema import ArtifactRecord
@@ -54,10 +55,22 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
         from .torch_trt import require_torch_tensorrt
 
         require_torch_tensorrt(req.precision)
+    dla_int8 = req.dla_core is not None and req.precision == "int8"
+    if dla_int8 and (target[0] != "tensorrt" or req.frontend != "onnx"):  # before TensorRT(-RTX) is imported
+        from .dla import check_dla_int8
+
+        check_dla_int8(target[0], None, req.onnx, req.frontend)
     trt = import_trt(target[0]) if target[0] in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
+    if dla_int8:  # calibrated INT8 from the fp32 graph (engine/dla_int8.py); a Q/DQ ONNX is refused
+        from .dla import check_dla_int8
+
+        check_dla_int8(target[0], trt, req.onnx)
     source = source or open_source(req, req.onnx)
-    # where TensorRT itself builds (the device), its version decides the profile
-    plan = resolve_plan(req, source, target, trt.__version__ if trt is not None and target[0] == "tensorrt" else None)
+    # where TensorRT itself builds (the device), its version decides the profile; the DLA's INT8 exports fp32
+    plan = resolve_plan(replace(req, precision="fp32") if dla_int8 else req, source, target,
+                        trt.__version__ if trt is not None and target[0] == "tensorrt" else None)
+    if dla_int8 and plan.engine is not None:
+        plan = replace(plan, engine=plan.engine.with_name(artifact_name(source.stem, "int8", ".plan")))
     for note in plan.notes:
         logger.info(note)
     with export_stage(plan, source, req) as exported:
@@ -67,11 +80,13 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
             logger.info(f"[build] artifact for ONNX Runtime: {final.path} (+ {final.path.name}.json)")
             return BuildResult(final.path, final.record, final.path, plan.target, notes, final.coverage,
                                final.calibration_reused)
-        result = _engine(req, plan, source.model, final.path, final.record, trt)
-        record = write_plan(result["engine"], plan.engine, engine_record(final.path, final.record, final.sha256,
-                                                                         result, local_env(plan.target), plan.target,
-                                                                         plan.frontend,
-                                                                         plan.device.record() if plan.device else None))
+        result = (_dla_int8_engine(req, plan, final.path, final.record, final.sha256, trt) if dla_int8
+                  else _engine(req, plan, source.model, final.path, final.record, trt))
+        fields = engine_record(final.path, final.record, final.sha256, result, local_env(plan.target), plan.target,
+                               plan.frontend, plan.device.record() if plan.device else None)
+        if dla_int8:  # the engine is INT8 though its source ONNX is the fp32 graph
+            fields.update(precision="int8", calibration_sha256=result["flags"]["calibration"]["manifest_sha256"])
+        record = write_plan(result["engine"], plan.engine, fields)
         if "dla" in result["flags"]:
             from .dla import format_placement
 
@@ -110,4 +125,33 @@ def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, final_record
     result = build_serialized(final, trt, opts)
     if not result["ok"]:
         raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))
+    return result
+
+
+def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_record: ArtifactRecord,
+                     sha256: str | None, trt) -> dict:
+    """The calibrated INT8 DLA engine of the fp32 `final`: the QDQ recipe's images (export/calibration.py), its
+    manifest beside the plan, the TensorRT cache keyed by both hashes (engine/dla_int8.py)."""
+    from ..export.calibration import calibration_set, resolve_recipe, write_manifest
+    from .dla_int8 import cache_path, calibration_record, make_calibrator
+    from .plan import build_serialized
+
+    assert plan.engine is not None and plan.batch is not None  # a TensorRT target; --dla-core needs --batch
+    calib = calibration_set(resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, final_record.dataset),
+                            req.data_root)
+    write_manifest(calib.manifest, plan.engine.with_name(plan.engine.stem + ".calib.json"))
+    cache = cache_path(plan.engine, calib.manifest["sha256"], sha256 or "")
+    calibrator = make_calibrator(trt, calib.images, plan.batch, cache)
+    opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core, False, "int8",
+                        final_record.fp32_layers, calibrator)
+    logger.info(f"[build] {trt.__name__} {trt.__version__}: calibrated INT8 (IInt8EntropyCalibrator2, "
+                f"{calib.manifest['images']} manifest images) from {final.name} for DLA core {req.dla_core}")
+    try:
+        result = build_serialized(final, trt, opts)
+    finally:
+        calibrator.close()
+    if not result["ok"]:
+        raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))
+    used = calib.manifest["images"] // plan.batch * plan.batch  # whole static batches (dla_int8.calibration_batches)
+    result["flags"]["calibration"] = calibration_record(calib.manifest, cache, used, calibrator.reused)
     return result

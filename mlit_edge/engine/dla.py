@@ -6,7 +6,8 @@ The rules, from NVIDIA's own answers, live here once:
   python/src/infer/pyCore.cpp), so `--dla-core` needs `--batch` and a reduced precision;
 - its INT8 is implicitly quantized: calibrated, not Q/DQ. A QAT/Q-DQ graph does not run on it ("Currently,
   DLA doesn't support QAT yet", NVIDIA/TensorRT#2222; "DLA only supports IInt8EntropyCalibrator2 in PTQ",
-  ibid.; NVIDIA-AI-IOT/jetson_dla_tutorial#3), so our Q/DQ INT8 is refused with `--dla-core`;
+  ibid.; NVIDIA-AI-IOT/jetson_dla_tutorial#3), so a Q/DQ ONNX is refused with `--dla-core`, and
+  `--precision int8` builds a calibrated engine from the fp32 graph where the calibrator exists (dla_int8.py);
 - which layers the DLA takes is TensorRT's own answer, `IBuilderConfig.can_run_on_DLA(layer)` (pyCore.cpp,
   every release above); the others fall back to the GPU with BuilderFlag.GPU_FALLBACK, and the sidecar
   records them and their count. Off a TensorRT with DLA (TensorRT-RTX has none) that is not measurable.
@@ -19,23 +20,35 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import tensorrt as trt
 
-DLA_PRECISIONS = ("fp16",)  # what --dla-core builds from our graphs (INT8 on the DLA needs implicit calibration)
+DLA_PRECISIONS = ("fp16", "int8")  # int8: implicitly quantized from the fp32 graph (engine/dla_int8.py)
 NOT_MEASURABLE = ("DLA placement not measurable here: {module} has no DLA core (which layers fall back to the GPU "
                   "is TensorRT's answer on a Jetson with a DLA: mlit-edge build --dla-core N --batch B there)")
+QDQ_REFUSED = ("--dla-core with --precision int8: {onnx} is a Q/DQ graph, which the DLA does not run "
+               "(NVIDIA/TensorRT#2222); pass the fp32 ONNX (calibrated for the DLA) or build with --precision fp16")
 
 
 def check_dla_request(dla_core: int | None, precision: str, batch: int | None) -> None:
     """A one-line ValueError for a `--dla-core` build the DLA cannot run; nothing without `--dla-core`."""
     if dla_core is None:
         return
-    if precision == "int8":
-        raise ValueError("--dla-core with --precision int8: the DLA takes only implicitly quantized (calibrated) "
-                         "INT8, not this Q/DQ graph (NVIDIA/TensorRT#2222); build --dla-core with --precision fp16")
     if precision not in DLA_PRECISIONS:
         raise ValueError(f"--dla-core with --precision {precision}: the DLA runs FP16 and INT8 only; "
                          "use --precision fp16")
     if batch is None:
         raise ValueError("--dla-core needs a static batch (the DLA takes static shapes only): add --batch N")
+
+
+def check_dla_int8(target: str, module: ModuleType | None, onnx: str | None, frontend: str = "onnx") -> None:
+    """A one-line ValueError for `--dla-core --precision int8` where implicit quantization does not exist
+    (TensorRT-RTX, a release without the calibrator) or from a Q/DQ ONNX (engine/dla_int8.py). `module`: the
+    imported TensorRT, None when called before the import (refusing TensorRT-RTX without needing it)."""
+    from .dla_int8 import holds_qdq, implicit_int8_refusal
+
+    why = implicit_int8_refusal(target, module, frontend)
+    if why:
+        raise ValueError(why)
+    if onnx is not None and holds_qdq(onnx):
+        raise ValueError(QDQ_REFUSED.format(onnx=onnx))
 
 
 def configure_dla(builder: trt.Builder, config: trt.IBuilderConfig, network: trt.INetworkDefinition,
@@ -72,5 +85,7 @@ def format_placement(record: dict) -> str:
 
     kinds = Counter(g["type"] for g in record["gpu_layers"])
     fallback = ", ".join(f"{t} x{n}" for t, n in kinds.most_common()) or "none"
+    pinned = record.get("fp32_gpu_layers") or []
     return (f"DLA core {record['dla_core']}: {record['dla_layers']} layers on the DLA, "
-            f"{record['gpu_fallback_layers']} fall back to the GPU ({fallback})")
+            f"{record['gpu_fallback_layers']} fall back to the GPU ({fallback})"
+            + (f", {len(pinned)} fp32-pinned layers run on the GPU" if pinned else ""))

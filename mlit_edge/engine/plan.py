@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.schema import ArtifactRecord
@@ -35,6 +35,7 @@ class BuildOptions:
     strongly_typed: bool = True  # the device profile's typing (runtime.profiles): False for TensorRT 8.x
     precision: str = "fp32"  # what the ONNX carries: a weakly typed build sets the builder flags for it
     fp32_layers: tuple[str, ...] = ()  # ONNX nodes a weakly typed build pins to fp32 (the sidecar's fp32_layers)
+    calibrator: Any = None  # an IInt8EntropyCalibrator2 (engine/dla_int8.py): implicit INT8 from the fp32 ONNX
 
 
 def network_flags(module: ModuleType, strongly_typed: bool) -> int:
@@ -62,13 +63,14 @@ def _pinned(name: str, fp32_layers: frozenset[str]) -> bool:
     return name in fp32_layers or (suffix.isdigit() and base in fp32_layers)
 
 
-def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: tuple[str, ...]) -> int:
+def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: tuple[str, ...]) -> list[str]:
     """Keep LayerNorm, softmax, the router and the head in fp32 in a weakly typed network (with
     OBEY_PRECISION_CONSTRAINTS set on the config): TensorRT 8.x may otherwise run them in half precision, the
-    known ViT FP16 failure (NVIDIA/TensorRT#2564). Returns how many layers were pinned."""
+    known ViT FP16 failure (NVIDIA/TensorRT#2564). Returns the pinned layers' names (a DLA build moves them to
+    the GPU: engine/dla_int8.py)."""
     if not TYPE_CHECKING:
         trt = module
-    names, pinned = frozenset(fp32_layers), 0
+    names, pinned = frozenset(fp32_layers), []
     floats = (trt.DataType.FLOAT, trt.DataType.HALF)
     kinds = {trt.LayerType.SOFTMAX}
     if hasattr(trt.LayerType, "NORMALIZATION"):  # INormalizationLayer came with 8.6; 8.5 has no such layer
@@ -81,7 +83,7 @@ def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: t
         for j in range(layer.num_outputs):
             if layer.get_output(j).dtype in floats:  # TopK's indices stay integers
                 layer.set_output_type(j, trt.DataType.FLOAT)
-        pinned += 1
+        pinned.append(layer.name)
     return pinned
 
 
@@ -103,14 +105,20 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(opts.workspace_gib * (1 << 30)))
     settings: dict = {"strongly_typed": opts.strongly_typed, "workspace_gib": opts.workspace_gib}
+    pinned: list[str] = []
     if not opts.strongly_typed:  # TensorRT 8.x: the builder flags carry the precision the ONNX holds
         settings.update(explicit_batch=True, fp16=opts.precision in ("fp16", "int8"), int8=opts.precision == "int8")
         if settings["fp16"]:
             config.set_flag(trt.BuilderFlag.FP16)
-        if settings["int8"]:  # the Q/DQ graph is explicitly quantized: no calibrator
+        if settings["int8"] and opts.calibrator is None:  # the Q/DQ graph is explicitly quantized: no calibrator
             config.set_flag(trt.BuilderFlag.INT8)
+        elif opts.calibrator is not None:  # the DLA's INT8: calibrated from the fp32 graph (engine/dla_int8.py)
+            from .dla_int8 import configure_implicit_int8
+
+            settings.update(configure_implicit_int8(config, module, opts.calibrator))
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        settings.update(obey_precision_constraints=True, fp32_layers=pin_fp32(network, module, opts.fp32_layers))
+        pinned = pin_fp32(network, module, opts.fp32_layers)
+        settings.update(obey_precision_constraints=True, fp32_layers=len(pinned))
     inp = network.get_input(0)
     rest = list(inp.shape[1:])  # Dims slices to a tuple
     if inp.shape[0] == -1:
@@ -131,6 +139,10 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         from .dla import configure_dla
 
         settings["dla"] = configure_dla(builder, config, network, module, opts.dla_core)
+        if not opts.strongly_typed:  # fp32 pins cannot stay fp32 on the DLA: they run on the GPU (dla_int8.py)
+            from .dla_int8 import pinned_to_gpu
+
+            settings["dla"]["fp32_gpu_layers"] = pinned_to_gpu(config, network, module, set(pinned).__contains__)
         settings.update(dla_core=opts.dla_core, gpu_fallback=True)
     engine = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start

@@ -66,7 +66,6 @@ def test_no_dla_core_is_not_measurable_and_a_missing_core_is_named():
 
 
 @pytest.mark.parametrize("precision,batch,message", [
-    ("int8", 1, "only implicitly quantized (calibrated) INT8, not this Q/DQ graph"),
     ("fp32", 1, "the DLA runs FP16 and INT8 only"),
     ("fp16", None, "needs a static batch"),
 ])
@@ -75,12 +74,13 @@ def test_a_dla_build_it_cannot_run_is_refused(precision, batch, message):
         check_dla_request(0, precision, batch)
     check_dla_request(None, precision, batch)  # no --dla-core: nothing to refuse
     check_dla_request(0, "fp16", 4)
+    check_dla_request(0, "int8", 4)  # calibrated from the fp32 graph where the calibrator exists (dla_int8.py)
 
 
-def test_build_refuses_qdq_int8_on_the_dla_in_one_line_before_any_work(tmp_path):
+def test_build_refuses_int8_on_the_dla_without_implicit_quantization_in_one_line_before_any_work(tmp_path):
     proc = cli("build", "--dla-core", "0", "--precision", "int8", "--batch", "1", "--size", "xxs",
                "--random-weights", "--target", "tensorrt-rtx", "--out", tmp_path / "o", check=False)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr
-    assert "Q/DQ" in lines[0] and "NVIDIA/TensorRT#2222" in lines[0]
+    assert "TensorRT-RTX has no implicit quantization" in lines[0] and "--precision fp16" in lines[0]
     assert not (tmp_path / "o").exists()
