@@ -14,6 +14,8 @@ The rules, from NVIDIA's own answers, live here once:
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -27,10 +29,15 @@ QDQ_REFUSED = ("--dla-core with --precision int8: {onnx} is a Q/DQ graph, which 
                "(NVIDIA/TensorRT#2222); pass the fp32 ONNX (calibrated for the DLA) or build with --precision fp16")
 
 
-def check_dla_request(dla_core: int | None, precision: str, batch: int | None) -> None:
-    """A one-line ValueError for a `--dla-core` build the DLA cannot run; nothing without `--dla-core`."""
+def check_dla_request(dla_core: int | None, precision: str, batch: int | None, target: str | None = None) -> None:
+    """A one-line ValueError for a `--dla-core` build the DLA cannot run; nothing without `--dla-core`.
+    `target`: the resolved build target, when known (only TensorRT places layers on a DLA)."""
     if dla_core is None:
         return
+    # int8: check_dla_int8 says why; TensorRT-RTX builds, then says the DLA placement is not measurable (no DLA)
+    if target is not None and target not in ("tensorrt", "tensorrt-rtx") and precision != "int8":
+        raise ValueError(f"--dla-core builds a TensorRT engine for a Jetson's DLA: use --target tensorrt, "
+                         f"not {target}")
     if precision not in DLA_PRECISIONS:
         raise ValueError(f"--dla-core with --precision {precision}: the DLA runs FP16 and INT8 only; "
                          "use --precision fp16")
@@ -44,11 +51,11 @@ def check_dla_int8(target: str, module: ModuleType | None, onnx: str | None, fro
     imported TensorRT, None when called before the import (refusing TensorRT-RTX without needing it)."""
     from .dla_int8 import holds_qdq, implicit_int8_refusal
 
+    if onnx is not None and Path(onnx).is_file() and holds_qdq(onnx):  # first: the graph's fault, on any target
+        raise ValueError(QDQ_REFUSED.format(onnx=onnx))
     why = implicit_int8_refusal(target, module, frontend)
     if why:
         raise ValueError(why)
-    if onnx is not None and holds_qdq(onnx):
-        raise ValueError(QDQ_REFUSED.format(onnx=onnx))
 
 
 def configure_dla(builder: trt.Builder, config: trt.IBuilderConfig, network: trt.INetworkDefinition,

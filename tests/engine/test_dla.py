@@ -84,3 +84,17 @@ def test_build_refuses_int8_on_the_dla_without_implicit_quantization_in_one_line
     assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr
     assert "TensorRT-RTX has no implicit quantization" in lines[0] and "--precision fp16" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_dla_is_refused_for_onnxruntime_and_a_qdq_graph_is_named_on_any_target(tmp_path):
+    """--dla-core on an ONNX Runtime build is refused (it once built an ONNX Runtime artifact and dropped the
+    flag), and a Q/DQ --onnx is refused for what it is before the target is weighed."""
+    with pytest.raises(ValueError, match="use --target tensorrt, not onnxruntime"):
+        check_dla_request(0, "fp16", 1, "onnxruntime")
+    check_dla_request(0, "fp16", 1, "tensorrt-rtx")  # builds, then says the placement is not measurable
+    from mlit_edge.engine.dla import check_dla_int8
+
+    qdq = tmp_path / "m-int8.onnx"
+    qdq.write_bytes(b"\x08\x08" + b"\x12\x0eQuantizeLinear")  # an op type as the protobuf stores it
+    with pytest.raises(ValueError, match="is a Q/DQ graph, which the DLA does not run"):
+        check_dla_int8("onnxruntime", None, str(qdq))
