@@ -24,7 +24,7 @@ from .artifact import BATCH_PROFILE
 from .graph_scan import default_opset
 from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
 from .sidecar import atomic_path, read_sidecar
-from .triton_config import MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
+from .triton_config import LABELS, MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
 
 PLATFORMS = {".plan": ("tensorrt_plan", "model.plan"), ".onnx": ("onnxruntime_onnx", "model.onnx")}
 MAX_NAME = 128  # Triton's model names, as export-triton allows them
@@ -169,6 +169,22 @@ def _max_batch(inputs: list[Tensor], record: dict) -> int:
     return int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
 
+def labels(record: dict, outputs: list[Tensor], artifact: Path) -> tuple[str, str]:
+    """The output Triton's classification extension labels (the logits) and `LABELS`' text: one class name per
+    line, in class order, as Triton reads it; a name holding a line break (which would shift every later
+    class) or a class count that is not the output's is refused in one line."""
+    classes = [str(c) for c in record["classes"]]
+    broken = [c for c in classes if re.search(r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]", c)]
+    if broken:
+        raise ValueError(f"{artifact.name}.json: class name {broken[0]!r} holds a line break, which would shift "
+                         f"every later class in {LABELS}; rename it")
+    out = next((t for t in outputs if t.name == "logits"), outputs[0])
+    if out.shape and out.shape[-1] not in (len(classes), -1):
+        raise ValueError(f"{artifact.name}: its output {out.name!r} has {out.shape[-1]} classes, its sidecar "
+                         f"{len(classes)}")
+    return out.name, "".join(f"{c}\n" for c in classes)
+
+
 def model_name(name: str | None, artifact: Path) -> str:
     """`--name`, or the artifact's file name made into one; refused in one line unless Triton accepts it."""
     what = "--name"
@@ -224,7 +240,8 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     is_onnx = artifact.suffix == ".onnx"
     data = external_data(artifact, file_name) if is_onnx else []
     notes = ort_notes(content, record) if is_onnx else ()
-    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes)
+    labelled, label_text = labels(record, outputs, artifact)
+    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes, labelled)
     folder = repo / name
     if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")
@@ -235,6 +252,7 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         for data_name in data:  # checked above: plain file names in the artifact's folder
             shutil.copyfile(artifact.parent / data_name, staging / "1" / data_name)
         (staging / "config.pbtxt").write_text(config)
+        (staging / LABELS).write_text(label_text, encoding="utf-8")  # label_filename is read beside the config
         with atomic_path(staging / "mlit-edge.json") as tmp:  # provenance: the sidecar, next to the config
             Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
         # mkdtemp's 0700 kept others out while it was written; the served folder gets the usual permissions

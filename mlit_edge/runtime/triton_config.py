@@ -68,10 +68,14 @@ def _dims(shape: tuple[int, ...]) -> str:
     return "[ " + ", ".join(str(d) for d in shape) + " ]"
 
 
+LABELS = "labels.txt"  # beside config.pbtxt: Triton's classification extension reads it (label_filename)
+
+
 def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
-                 notes: tuple[str, ...] = ()) -> str:
+                 notes: tuple[str, ...] = (), labelled: str | None = None) -> str:
     """config.pbtxt in protobuf text format. `max_batch` 0: a static batch, dims include it. `notes`: comment
-    lines on top (printable ASCII only, so that none can end its comment)."""
+    lines on top (printable ASCII only, so that none can end its comment). `labelled`: the output whose class
+    names are `LABELS` (`label_filename`), so that Triton's classification extension returns names."""
     if not all(re.fullmatch(r"[ -~]*", note) for note in notes):
         raise ValueError("a config.pbtxt comment holds a byte outside printable ASCII; nothing was written")
     lines = [f"# {note}" for note in notes]
@@ -80,7 +84,8 @@ def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[T
         items = []
         for t in tensors:
             dims = t.shape[1:] if max_batch else t.shape
-            items.append(f"  {{\n    name: {quote(t.name)}\n    data_type: {t.dtype}\n    dims: {_dims(dims)}\n  }}")
+            label = f"\n    label_filename: {quote(LABELS)}" if section == "output" and t.name == labelled else ""
+            items.append(f"  {{\n    name: {quote(t.name)}\n    data_type: {t.dtype}\n    dims: {_dims(dims)}{label}\n  }}")
         lines.append(f"{section} [\n" + ",\n".join(items) + "\n]")
     if max_batch:
         lines.append("dynamic_batching { }")
@@ -115,7 +120,8 @@ def model_config_pb2() -> ModuleType:
     return module
 
 
-def _meant(pb2: ModuleType, name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int):
+def _meant(pb2: ModuleType, name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
+           labelled: str | None = None):
     """The ModelConfig that `model_config` means, built field by field (no text involved)."""
     def dims(t: Tensor) -> list[int]:
         return list(t.shape[1:] if max_batch else t.shape)
@@ -124,7 +130,9 @@ def _meant(pb2: ModuleType, name: str, platform: str, inputs: list[Tensor], outp
     for t in inputs:
         cfg.input.add(name=t.name, data_type=pb2.DataType.Value(t.dtype), dims=dims(t))
     for t in outputs:
-        cfg.output.add(name=t.name, data_type=pb2.DataType.Value(t.dtype), dims=dims(t))
+        out = cfg.output.add(name=t.name, data_type=pb2.DataType.Value(t.dtype), dims=dims(t))
+        if t.name == labelled:
+            out.label_filename = LABELS
     if max_batch:
         cfg.dynamic_batching.SetInParent()
     cfg.instance_group.add(count=1, kind=pb2.ModelInstanceGroup.Kind.Value(_kind(platform)))
@@ -132,19 +140,20 @@ def _meant(pb2: ModuleType, name: str, platform: str, inputs: list[Tensor], outp
 
 
 def checked_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
-                   notes: tuple[str, ...] = ()) -> str:
+                   notes: tuple[str, ...] = (), labelled: str | None = None) -> str:
     """`model_config`'s text, once Triton's parser reads it back as exactly the config meant (name, platform,
-    max_batch_size, every input and output with its type and dims, and nothing else); ValueError otherwise."""
+    max_batch_size, every input and output with its type and dims, the labelled output, and nothing else);
+    ValueError otherwise."""
     from google.protobuf import text_format
 
     pb2 = model_config_pb2()
-    text = model_config(name, platform, inputs, outputs, max_batch, notes)
+    text = model_config(name, platform, inputs, outputs, max_batch, notes, labelled)
     try:
         parsed = text_format.Parse(text, pb2.ModelConfig())
     except text_format.ParseError as e:
         raise ValueError(f"the config.pbtxt made for {name!r} does not parse ({str(e).splitlines()[0][:200]}); "
                          "nothing was written") from None
-    if parsed != _meant(pb2, name, platform, inputs, outputs, max_batch):
+    if parsed != _meant(pb2, name, platform, inputs, outputs, max_batch, labelled):
         raise ValueError(f"the config.pbtxt made for {name!r} does not parse back as the config meant (a tensor "
                          "name that escaped its string?); nothing was written")
     return text
