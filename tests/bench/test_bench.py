@@ -293,5 +293,5 @@ def test_nan_logits_count_as_wrong_not_as_class_0():
 def test_table_labels_tell_apart_one_name_in_two_folders_and_escape_codes():
     from mlit_edge.bench.suite import table_labels
 
-    paths = ["a/m.onnx", "b/m.onnx", "x\x1b[2J.onnx", "c.plan"]
-    assert list(table_labels(paths).values()) == ["a/m.onnx", "b/m.onnx", "x\\x1b[2J.onnx", "c.plan"]
+    paths = ["a/m.onnx", "b/m.onnx", "x\x1b[2J.onnx", "c.plan", "w/xxs-mnist5k/model.safetensors"]
+    assert list(table_labels(paths).values()) == ["a/m.onnx", "b/m.onnx", "x\\x1b[2J.onnx", "c.plan", "xxs-mnist5k"]
