@@ -42,7 +42,7 @@ def _onnx_precision(content: bytes) -> str:
         return "?"
 
 
-def _label(path: Path) -> str:
+def label(path: Path) -> str:
     """The name a table row shows: the file's, or for a weights pair (NAME/model.safetensors) its folder's."""
     return path.parent.name if path.name == "model.safetensors" else path.name
 
@@ -77,7 +77,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
     if runner.device_memory_bytes is not None:  # a GPU runner; on Jetson NvMap tells what it really mapped
         nv = nvmap_mb()
         device_mb = nv - nv_before if nv is not None and nv_before is not None else runner.device_memory_bytes / 2 ** 20
-    entry = {"artifact": str(path), "label": _label(path), "format": runner.name, "precision": precision,
+    entry = {"artifact": str(path), "label": label(path), "format": runner.name, "precision": precision,
              "size_mb": path.stat().st_size / 2 ** 20, "load_rss_mb": rss_mb() - before, "device_mb": device_mb,
              "settings": runner.settings, "notes": notes, "accuracy": None, "latency": {}, "isolated": cfg.isolate}
     # timing first: the run memory is then the timed runner's alone, before the fidelity pass's runner

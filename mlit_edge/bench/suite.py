@@ -159,9 +159,9 @@ def _in_process(path: str, cfg: BenchConfig, images, labels, ref: Reference | No
 def table_labels(paths: list[str]) -> dict[str, str]:
     """Each artifact's name in the table: its file name, or the path as given where two files share a name (in
     different folders), with control characters escaped (a name is anyone's to choose)."""
-    from .one_artifact import _label  # a weights pair (NAME/model.safetensors) shows as NAME
+    from .one_artifact import label  # a weights pair (NAME/model.safetensors) shows as NAME
 
-    names = [_label(Path(p)) for p in paths]
+    names = [label(Path(p)) for p in paths]
     return {p: printable(p if names.count(n) > 1 else n) for p, n in zip(paths, names)}
 
 

@@ -49,9 +49,8 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     """
     from .dla import check_dla_request
 
-    check_dla_request(req.dla_core, req.precision, req.batch)  # before any work: a DLA build it cannot run
     target = resolve_target(req.target, req.frontend)  # before the source opens: a missing TensorRT fails first
-    check_dla_request(req.dla_core, req.precision, req.batch, target[0])
+    check_dla_request(req.dla_core, req.precision, req.batch, target[0])  # before any work: one the DLA cannot run
     if req.frontend == "torch-tensorrt":
         from .torch_trt import require_torch_tensorrt
 
