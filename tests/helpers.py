@@ -70,9 +70,9 @@ def tiny_model(seed: int = 0):
                            hidden_last=8)).eval()
 
 
-def export_tiny(path: Path, seed: int = 0) -> Path:
+def export_tiny(path: Path, seed: int = 0, convention: str = "normalised", probe: bool = False) -> Path:
     """`tiny_model(seed)` exported to `path` (fp32, dynamic batch) with a sidecar that records the embedded
-    digits' preprocessing, as a user's artifact would."""
+    digits' preprocessing, as a user's artifact would; `convention="pixels"` as `--raw-input` makes it."""
     from mlit_edge.export.onnx_export import export_onnx
     from mlit_edge.export.source import load_for_export
 
@@ -80,7 +80,7 @@ def export_tiny(path: Path, seed: int = 0) -> Path:
     model = tiny_model(seed)
     info["model"] = {**info["model"], "size": "tiny", "params": sum(p.numel() for p in model.parameters())}
     info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
-    export_onnx(model, path, info)
+    export_onnx(model, path, info, convention=convention, probe=probe)
     return path
 
 

@@ -47,6 +47,21 @@ def label(path: Path) -> str:
     return path.parent.name if path.name == "model.safetensors" else path.name
 
 
+def graph_images(runner: Runner, record: dict, images: np.ndarray | None, path: Path) -> np.ndarray | None:
+    """The bench's normalised images as this artifact's graph takes them: as they are, or a --raw-input
+    graph's pixels (exactly: they were decoded from uint8). A sidecar that contradicts the graph is refused."""
+    from ..runtime.input_convention import PIXELS, check_graph, graph_convention, graph_feed
+
+    check_graph(record, runner.input_name, path)
+    if images is None or graph_convention(runner.input_name) != PIXELS:
+        return images
+    pre = record.get("preprocess")
+    if not pre:
+        raise ValueError(f"{path.name}: a --raw-input graph (input 'pixels') without its sidecar: the mean and std "
+                         "to give the bench's images back as pixels are unknown; keep its .json beside it")
+    return graph_feed(runner.input_name, images, pre["mean"], pre["std"])
+
+
 def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
                    ref: Reference | None) -> dict:
     """Open one artifact, time each batch, then measure its accuracy and fidelity (when images are given).
@@ -72,6 +87,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
             notes.append("QDQ made for TensorRT: ONNX Runtime measures its accuracy; its CPU latency says nothing "
                          "of TensorRT's (the ONNX Runtime INT8 is the -int8-ort build)")
     runner.open()
+    images = graph_images(runner, record, images, path)
     precision = record.get("precision") or (_onnx_precision(content) if runner.name == "onnxruntime" else "?")
     device_mb = None
     if runner.device_memory_bytes is not None:  # a GPU runner; on Jetson NvMap tells what it really mapped

@@ -40,6 +40,11 @@ def _export_options(fn):
                           "pads 18 to 24 (mLiT-S, XXS) for TensorRT 10.3-10.13 (JetPack 6.1-7, and the desktop "
                           "TensorRT 10 default), not for TensorRT 8.5/8.6 (JetPack 5.1/6.0: predicted not to fuse), "
                           "an INT8-only build, or ONNX Runtime (measured no faster). N: pad to N."),
+        click.option("--raw-input", is_flag=True,
+                     help="Fold the mean, std and 1/255 into the patch embedding (exact: the patch convolution has "
+                          "no padding): the graph takes RGB pixels 0-255 as float32 (N, 3, S, S), input 'pixels', so a "
+                          "client only resizes. For DeepStream (nvinfer cannot express a per-channel std), Triton and "
+                          "any client without mlit-edge's preprocessing."),
         click.option("--calib-data", default=None,
                      help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
                           "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k]."),

@@ -102,6 +102,24 @@ def stratified_indices(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
 class CalibrationSet:
     images: np.ndarray  # (N, 3, S, S) float32, normalized as the model expects
     manifest: dict
+    pixels: np.ndarray | None = None  # the same images as decoded: uint8 (N, S, S, 3)
+
+    @property
+    def normalisation(self) -> tuple[list, list]:
+        return self.manifest["mean"], self.manifest["std"]
+
+    def for_graph(self, input_name: str) -> np.ndarray:
+        """The images as the input of a graph whose input is `input_name` (its convention:
+        `runtime.input_convention`): normalised, or a `--raw-input` graph's pixels, exactly."""
+        from ..runtime.input_convention import NORMALISED, graph_convention, model_input
+
+        convention = graph_convention(input_name) or NORMALISED
+        if convention == NORMALISED or self.pixels is None:
+            return self.images if convention == NORMALISED else self._missing()
+        return model_input(self.pixels, convention, *self.normalisation)
+
+    def _missing(self) -> np.ndarray:
+        raise ValueError("this calibration set holds no decoded pixels for a --raw-input graph")
 
 
 def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> CalibrationSet:
@@ -120,7 +138,7 @@ def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> Calibrati
     manifest = {"format": "mlit-edge-calibration-manifest", "recipe": recipe.to_dict(), "dataset": ds.name,
                 "images": int(len(idx)), "split_size": len(labels), "per_class": per_class, "mean": list(ds.mean),
                 "std": list(ds.std), "indices": idx.tolist(), "sha256": h.hexdigest()}
-    return CalibrationSet(normalize(pixels, ds.mean, ds.std), manifest)
+    return CalibrationSet(normalize(pixels, ds.mean, ds.std), manifest, pixels)
 
 
 def write_manifest(manifest: dict, path: str | Path) -> Path:
@@ -133,19 +151,21 @@ def write_manifest(manifest: dict, path: str | Path) -> Path:
 # --- routing coverage -------------------------------------------------------------------------------
 
 def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
-                     min_tokens: int = MIN_EXPERT_TOKENS, available: int | None = None, proto=None) -> dict:
+                     min_tokens: int = MIN_EXPERT_TOKENS, available: int | None = None, proto=None,
+                     normalisation: tuple | None = None) -> dict:
     """Tokens each expert of each layer receives from `images` in the fp32 graph, and the warnings.
 
     Counts come from the graph's own TopK outputs, so they describe exactly the routing that the
     quantizer's calibration pass sees. `available` is the size of the split the images came from,
     so a suggestion never asks for more images than exist. `proto`: the graph, when the caller holds it parsed.
+    `normalisation`: the (mean, std) that normalised `images`, so a `--raw-input` graph is fed pixels.
     """
     from ..runtime.runners import OnnxRuntimeRunner, predict_all
 
     with OnnxRuntimeRunner(onnx_path, expose_routing=True, content=proto) as run:
         if not run.route_names:
             raise ValueError(f"{onnx_path} has no TopK routing: is it an mLiT export?")
-        _, routes = predict_all(run, images, batch, routes=True)
+        _, routes = predict_all(run, images, batch, routes=True, normalised=normalisation)
         experts = run.route_experts
     counts = [np.bincount(r.reshape(-1), minlength=e or 0) for r, e in zip(routes, experts)]
     used = len(images)
@@ -233,7 +253,7 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
             record.pop("cache_key", None)
             record["calibration"] = {**record["calibration"], **calib_info}
             return Calibrated(record, True, None)
-    record, proto = to_int8(src, out, calib.images, calib_info, source=source)
+    record, proto = to_int8(src, out, calib.for_graph(source.graph().graph.input[0].name), calib_info, source=source)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with temporary_beside(cached) as tmp:

@@ -22,6 +22,7 @@ import torch
 from .. import __version__
 from ..model.mlit import MLiT
 from ..runtime.artifact import INPUT
+from ..runtime.input_convention import INPUT_NAMES, NORMALISED, PIXELS, from_normalised, input_record
 from ..runtime.runners import OnnxRuntimeRunner
 from ..runtime.sidecar import publish, temporary_beside
 from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
@@ -90,7 +91,7 @@ def check_installed_onnxruntime(attention: str, out: str | Path, opset: int) -> 
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
                 probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
                 attention: str = GROUPED, device: "DeviceProfile | None" = None, pad_to: int | None = None,
-                pad_reason: str | None = None, prune_last: bool = True) -> dict:
+                pad_reason: str | None = None, prune_last: bool = True, convention: str = NORMALISED) -> dict:
     """Export `model` to `out` with its sidecar, published together once checked; returns the record.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
@@ -103,6 +104,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     sidecar records it with `pad_reason`).
     `prune_last`: the last layer for the dummy token alone (the default;
     False keeps every token there, the graph of earlier releases, for before/after measurements).
+    `convention`: "pixels" folds the normalisation `info["preprocess"]` records into the patch embedding
+    (`raw_input`): the graph then takes RGB pixels in [0, 255], its input named `pixels`.
     """
     import onnx
 
@@ -112,6 +115,12 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         raise ValueError("batch must be at least 1")
     out = Path(out)
     deployed = to_deploy(model, probe=probe, attention=attention, pad_to=pad_to, prune_last=prune_last)
+    pre = {"mean": None, "std": None, **info.get("preprocess", {})}
+    if convention == PIXELS:
+        from .raw_input import take_pixels
+
+        take_pixels(deployed, pre["mean"], pre["std"])
+    graph_input = INPUT_NAMES[convention]
     opset = export_opset(attention, opset)
     if attention != GROUPED:
         check_installed_onnxruntime(attention, out, opset)
@@ -121,14 +130,15 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     with temporary_beside(out) as tmp, quiet():
         try:
             program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset,
-                                        dynamic_shapes=dynamic, input_names=[INPUT], output_names=names,
+                                        dynamic_shapes=dynamic, input_names=[graph_input], output_names=names,
                                         verbose=False, custom_translation_table=onnx_translations(attention))
         except Exception as e:
             raise_if_interrupted(e)
             raise
         proto = program.model_proto
         meta = {"mlit_edge_version": __version__, "precision": "fp32", "classes": info["classes"],
-                "preprocess": info["preprocess"], "model": info["model"]}
+                "preprocess": info["preprocess"], "model": info["model"],
+                "input": input_record(convention, pre["mean"], pre["std"])}
         onnx.helper.set_model_props(proto, {"mlit_edge": json.dumps(meta)})
         rewritten = {}
         if device is not None and (device.opset < opset or device.layernorm != "native" or device.topk_k_initializer):
@@ -137,11 +147,13 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
             proto, rewritten = for_parser(proto, device.opset, device.layernorm, device.topk_k_initializer)
             opset = device.opset
         onnx.save(proto, str(tmp))
-        parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last) if check else None
+        parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last, convention=convention,
+                             normalisation=(pre["mean"], pre["std"])) if check else None
         head = model.cfg.dim // model.cfg.heads
         record = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
                   "batch": batch or "dynamic", "probe": probe, "last_layer": LAST_LAYER[prune_last],
-                  "inputs": {INPUT: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
+                  "inputs": {graph_input: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
+                  "input": input_record(convention, pre["mean"], pre["std"]),
                   "outputs": names, "parity": parity, "torch_version": torch.__version__,
                   "onnx_version": onnx.__version__}
         if device is not None:
@@ -154,8 +166,10 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
 
 
 def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, seed: int = 0,
-                prune_last: bool = True) -> dict:
-    """Max abs logit error of ONNX Runtime against the eval-mode PyTorch model, and routing equality."""
+                prune_last: bool = True, convention: str = NORMALISED,
+                normalisation: tuple | None = None) -> dict:
+    """Max abs logit error of ONNX Runtime against the eval-mode PyTorch model, and routing equality. A
+    "pixels" graph is fed the same inputs as pixels (`normalisation`: the mean and std folded into it)."""
     sizes = [batch] if batch else [1, 8]
     rng = np.random.default_rng(seed)
     worst, scale, routing_equal = 0.0, 1.0, True
@@ -166,7 +180,8 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
                         shape) as route_run:
         for b in sizes:
             x = rng.standard_normal((b, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size), np.float32)
-            got = ort_run.infer({INPUT: x})
+            feed = x if convention == NORMALISED else from_normalised(x, convention, *normalisation)
+            got = ort_run.infer({INPUT_NAMES[convention]: feed})
             want_logits = ref_run.infer({INPUT: x})["logits"]
             worst = max(worst, float(np.abs(got["logits"] - want_logits).max()))
             scale = max(scale, float(np.abs(want_logits).max()))
@@ -207,16 +222,18 @@ def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tupl
     return outputs
 
 
-def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None) -> dict:
+def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None,
+                   normalisation: tuple | None = None) -> dict:
     """How an fp16/INT8 variant compares with the fp32 PyTorch model on real images, for its sidecar: max
     and mean abs logit error, top-1 agreement, and per layer the share of tokens that keep their experts
     beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
-    why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it."""
+    why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it.
+    `images`: normalised decoded images with `normalisation` (mean, std), fed as the graph's input asks."""
     from ..runtime.routing import routed_part, routing_agreement
     from ..runtime.runners import predict_all
 
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:
-        got, routes = predict_all(run, images, routes=True)
+        got, routes = predict_all(run, images, routes=True, normalised=normalisation)
     want, ref_routes, margins = reference_outputs(model, images)
     # the median margin of the tokens each layer routes (the fused graph's last layer: the dummy token alone)
     medians = [float(np.median(routed_part(m, r.shape[1]))) for m, r in zip(margins, routes)]

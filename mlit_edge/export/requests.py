@@ -35,6 +35,7 @@ class ExportOptions:
     jetpack: str | None = None  # the device profile (runtime.profiles): JetPack 5.1, 6.0, 6.1, 6.2 or 7
     tensorrt: str | None = None  # the same, named by JetPack's TensorRT: 8.5, 8.6, 10.3 or 10.13
     pad_heads: str = "auto"  # auto, off or a head size N: each head zero-padded to it (runtime.mha_rules.pad_choice)
+    raw_input: bool = False  # the normalisation folded into the graph: it takes RGB pixels in [0, 255] (export.raw_input)
 
     def __post_init__(self) -> None:
         named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
@@ -99,6 +100,9 @@ class BuildRequest(ExportOptions):
             raise ValueError("give --checkpoint or --onnx, not both")
         if self.random_weights and self.onnx:
             raise ValueError("--random-weights builds without weights: drop --onnx, or it")
+        if self.raw_input and self.onnx:
+            raise ValueError("--raw-input shapes an export from a checkpoint; an --onnx keeps its own input (export "
+                             "it again with --raw-input, then build that)")
         if self.onnx and self.frontend == "torch-tensorrt":
             raise ValueError("--frontend torch-tensorrt compiles the PyTorch model; it cannot start from --onnx")
         if self.workspace <= 0:

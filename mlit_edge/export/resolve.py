@@ -59,6 +59,7 @@ class BuildPlan:
     device: DeviceProfile | None = None  # the TensorRT profile (runtime.profiles); None for ONNX Runtime
     pad_to: int | None = None  # each head's Q, K and V zero-padded to this size in the fp32 export; None: not
     pad_reason: str = ""  # why (runtime.mha_rules.pad_choice), for the sidecar
+    convention: str = "normalised"  # the graph's input (runtime.input_convention): "pixels" with --raw-input
 
     @property
     def strongly_typed(self) -> bool:
@@ -149,7 +150,17 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, dataset) if int8 else None
     return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None,
                      base.attention, opset, req.batch, probe, variants, precisions, engine, dataset, recipe,
-                     req.evaluate and torch, torch, profile, tuple(notes), note, device, pad_to, pad_reason)
+                     req.evaluate and torch, torch, profile, tuple(notes), note, device, pad_to, pad_reason,
+                     _convention(req, source))
+
+
+def _convention(req: ExportOptions, source: Source) -> str:
+    """The graph input's convention: a given ONNX keeps its own; an export takes pixels with --raw-input."""
+    from ..runtime.input_convention import NORMALISED, PIXELS, convention_of
+
+    if source.onnx is not None:
+        return convention_of(source.record)
+    return PIXELS if req.raw_input else NORMALISED
 
 
 def _padding(req: ExportOptions, source: Source, runtime: str, device: DeviceProfile | None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ..runtime.messages import log_lines
 from ..runtime.routing import partial_layers
 from ..runtime.schema import ArtifactRecord
 from ..runtime.sidecar import publish, temporary_beside
@@ -31,7 +32,7 @@ def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content
 
     images, labels, name = held_out.labelled()
     with OnnxRuntimeRunner(path, content=content) as run:
-        logits, _ = predict_all(run, images, batch)
+        logits, _ = predict_all(run, images, batch, normalised=(held_out.split.mean, held_out.split.std))
     correct = int((logits.argmax(-1) == labels).sum())
     return {"dataset": name, "split": "test", "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
@@ -51,10 +52,12 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
         from .onnx_export import variant_parity
 
         images = held_out.sample() if held_out else HeldOut("mnist5k", data_root).sample()
-        out["parity"] = parity = variant_parity(path, model, images, proto=proto)
+        pre = rec.preprocess
+        out["parity"] = parity = variant_parity(path, model, images, proto=proto,
+                                                normalisation=(pre.mean, pre.std) if pre else None)
         logger.info(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement "
                     f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
-        logger.info(routing_report(parity, rec.precision))
+        log_lines(logger, routing_report(parity, rec.precision))
     if evaluate and dataset and not rec.random_weights:
         content = proto.SerializeToString() if proto is not None else None
         out["accuracy"] = acc = evaluate_onnx(path, held_out, content=content)
@@ -124,8 +127,10 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
             if inputs.torch:  # the routing report reads a dataset; a device without torch skips it
                 # no minimum: nothing is calibrated (each call's activations are quantized from their own range),
                 # and the fused graph routes only the dummy token in its last layer
-                coverage = routing_coverage(src.path, inputs.calibration().images, min_tokens=0, proto=src.graph())
-                logger.info(format_coverage(coverage))
+                calib = inputs.calibration()
+                coverage = routing_coverage(src.path, calib.images, min_tokens=0, proto=src.graph(),
+                                            normalisation=calib.normalisation)
+                log_lines(logger, format_coverage(coverage))
             record, proto = to_int8_dynamic(src.path, tmp, coverage, source=src)
         else:
             recipe = inputs.recipe
@@ -134,8 +139,9 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
             calib = inputs.calibration()
             manifest = write_manifest(calib.manifest, final.with_name(f"{artifact_stem(final)}-int8.calib.json"))
             coverage = routing_coverage(src.path, calib.images, min_tokens=inputs.min_expert_tokens,
-                                        available=calib.manifest["split_size"], proto=src.graph())
-            logger.info(format_coverage(coverage))
+                                        available=calib.manifest["split_size"], proto=src.graph(),
+                                        normalisation=calib.normalisation)
+            log_lines(logger, format_coverage(coverage))
             record, reused, proto = calibrate_int8(src.path, tmp, calib, inputs.cache_dir, coverage, source=src)
             logger.info(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
                                           f"calibrated; manifest {manifest.name}"))

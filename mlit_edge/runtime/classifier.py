@@ -19,7 +19,8 @@ import numpy as np
 
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
-from .preprocess import normalize, resize_images
+from .input_convention import convention_of, model_input
+from .preprocess import resize_images
 from .runners import Runner, predict_all
 from .schema import ArtifactRecord, check_against_model, classifier_fields
 
@@ -39,6 +40,7 @@ class Classifier:
         self.runner, self.record, self.path, self.max_pixels = runner, record, path, max_pixels
         pre = record["preprocess"]
         self.size, self.mean, self.std = pre["size"], pre["mean"], pre["std"]
+        self.convention = convention_of(record)  # normalised, or pixels for a --raw-input graph
         self.classes: list[str] = list(record["classes"])
         self.max_batch = runner.static_batch or int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
@@ -83,7 +85,8 @@ class Classifier:
     # -- preprocessing -------------------------------------------------------------------------------
 
     def preprocess(self, images: Sequence | np.ndarray) -> np.ndarray:
-        """uint8 HWC arrays of any size, or file paths -> float32 (N, 3, S, S), as recorded in the sidecar."""
+        """uint8 HWC arrays of any size, or file paths -> float32 (N, 3, S, S), as recorded in the sidecar: resized,
+        then normalised, or for a --raw-input graph the resized pixels as they are."""
         if isinstance(images, (str, Path)) or (isinstance(images, np.ndarray) and images.ndim in (2, 3)):
             images = [images]
         if isinstance(images, np.ndarray) and images.ndim == 4:
@@ -100,7 +103,7 @@ class Classifier:
             arrays = [load_image(x, self.max_pixels, keep_grey=True) if isinstance(x, (str, Path))
                       else check_array(x, f"images[{i}]", self.max_pixels) for i, x in enumerate(items)]
             batch = resize_images(arrays, self.size)
-        return normalize(batch, self.mean, self.std)
+        return model_input(batch, self.convention, self.mean, self.std)
 
     # -- inference -----------------------------------------------------------------------------------
 

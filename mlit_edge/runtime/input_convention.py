@@ -12,7 +12,7 @@ A sidecar made before the field existed is "normalised": that is what those grap
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -22,10 +22,14 @@ INPUT_NAMES = {NORMALISED: "images", PIXELS: "pixels"}  # the graph input's name
 PIXEL_RANGE = (0.0, 255.0)
 
 
-def input_record(convention: str, mean: Sequence[float], std: Sequence[float]) -> dict:
-    """The sidecar's `input` field for a graph of `convention` made from a model trained with `mean`, `std`."""
+def input_record(convention: str, mean: Sequence[float] | None, std: Sequence[float] | None) -> dict:
+    """The sidecar's `input` field for a graph of `convention` made from a model trained with `mean`, `std`
+    (unknown, None, only for a normalised graph: the caller normalises as it knows)."""
     if convention not in CONVENTIONS:
         raise ValueError(f"input convention {convention!r}: choose from {', '.join(CONVENTIONS)}")
+    if convention == PIXELS and (mean is None or std is None):
+        raise ValueError("a pixels graph folds the model's mean and std, and none are recorded")
+    mean, std = list(mean or []), list(std or [])
     rec: dict[str, Any] = {"name": INPUT_NAMES[convention], "convention": convention, "dtype": "float32",
                            "layout": "NCHW", "channels": "RGB"}
     if convention == PIXELS:
@@ -41,6 +45,14 @@ def convention_of(record: Mapping[str, Any]) -> str:
     field = record.get("input")
     conv = field.get("convention") if isinstance(field, Mapping) else None
     return conv if conv in CONVENTIONS else NORMALISED
+
+
+def check_input_field(field: Any, bad: Callable[[str, Any, str], Exception]) -> None:
+    """The sidecar's `input` field, typed (`schema.check_record` calls it with its error maker)."""
+    if not isinstance(field, Mapping) or field.get("convention") not in CONVENTIONS:
+        raise bad("input", field, f"an object whose convention is one of {', '.join(CONVENTIONS)}")
+    if field.get("name") != INPUT_NAMES[field["convention"]]:
+        raise bad("input.name", field.get("name"), f"{INPUT_NAMES[field['convention']]!r} for {field['convention']} input")
 
 
 def graph_convention(input_name: str | None) -> str | None:
@@ -63,6 +75,15 @@ def check_graph(record: Mapping[str, Any], input_name: str | None, path: str | P
                            "rebuild the artifact with mlit-edge build")
 
 
+def describe(record: Mapping[str, Any]) -> str:
+    """What a client must feed, in one line (Triton's config parameter, DeepStream's comment)."""
+    pre = record.get("preprocess") or {}
+    if convention_of(record) == PIXELS:
+        return "pixels: RGB 0-255 as float32 NCHW, resized only; the normalisation is inside the graph"
+    return (f"normalised: RGB (pixel / 255 - mean) / std as float32 NCHW, mean {list(pre.get('mean') or [])}, "
+            f"std {list(pre.get('std') or [])}")
+
+
 def model_input(images: np.ndarray, convention: str, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
     """Resized uint8 (N, S, S, 3) -> the graph's float32 (N, 3, S, S) input under `convention`."""
     if convention == PIXELS:
@@ -72,21 +93,21 @@ def model_input(images: np.ndarray, convention: str, mean: Sequence[float], std:
     return normalize(images, mean, std)
 
 
-def from_normalised(x: np.ndarray, convention: str, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+def from_normalised(x: np.ndarray, convention: str, mean: Sequence[float], std: Sequence[float],
+                    from_uint8: bool = False) -> np.ndarray:
     """A normalised float32 (N, 3, S, S) batch (a dataset's, as training keeps it) as the graph's input under
-    `convention`: unchanged for "normalised"; for "pixels", x * std + mean, times 255. From uint8 images the
-    result is their pixels to float32 rounding (about 3e-5 of a grey level)."""
+    `convention`: unchanged for "normalised"; for "pixels", (x * std + mean) * 255. `from_uint8`: the batch was
+    normalised from uint8 images (every data set and decoded file here), so rounding gives back their pixels
+    exactly (without it they come back within float32 rounding, about 3e-5 of a grey level)."""
     if convention != PIXELS:
         return x
     m = np.asarray(mean, np.float64).reshape(1, -1, 1, 1)
     s = np.asarray(std, np.float64).reshape(1, -1, 1, 1)
-    return np.ascontiguousarray(((x.astype(np.float64) * s + m) * 255.0).astype(np.float32))
+    p = (x.astype(np.float64) * s + m) * 255.0
+    return np.ascontiguousarray((np.clip(np.rint(p), 0, 255) if from_uint8 else p).astype(np.float32))
 
 
-def feed_for(record: Mapping[str, Any], x: np.ndarray) -> np.ndarray:
-    """`from_normalised` with the convention, mean and std a sidecar records."""
-    conv = convention_of(record)
-    if conv == NORMALISED:
-        return x
-    pre = record.get("preprocess") or {}
-    return from_normalised(x, conv, pre["mean"], pre["std"])
+def graph_feed(input_name: str, x: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """A normalised batch of decoded images as the input of the graph whose input is `input_name`: the graph
+    says its convention by its input's name, so the caller cannot feed it the wrong one."""
+    return from_normalised(x, graph_convention(input_name) or NORMALISED, mean, std, from_uint8=True)

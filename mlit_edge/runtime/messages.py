@@ -31,6 +31,13 @@ def typed_line(exc: BaseException, limit: int | None = None) -> str:
     return type(exc).__name__ if line == type(exc).__name__ else f"{type(exc).__name__}: {line}"
 
 
+def log_lines(log: logging.Logger, text: str) -> None:
+    """A report of several lines that our code composed, logged a record per line: the formatter escapes a
+    newline inside one record (it could come from a file name), which would print the report on one line."""
+    for line in text.splitlines():
+        log.info(line)
+
+
 class _Printable(logging.Formatter):
     """One log record, one line, with control characters escaped: a line may quote a file name or a URL the
     user (or whoever named the file) chose, and an escape code in it would reach the terminal."""

@@ -11,11 +11,12 @@ open. Inputs and outputs are numpy arrays keyed by name. Heavy backends are impo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from .images import InputError
+from .input_convention import graph_feed
 from .messages import first_line, typed_line
 
 
@@ -231,12 +232,15 @@ def with_routing_outputs(src):
     return model, names, experts
 
 
-def predict_all(runner: Runner, images: np.ndarray, batch: int = 64,
-                routes: bool = False) -> tuple[np.ndarray, list[np.ndarray] | None]:
+def predict_all(runner: Runner, images: np.ndarray, batch: int = 64, routes: bool = False,
+                normalised: "tuple[Sequence[float], Sequence[float]] | None" = None
+                ) -> tuple[np.ndarray, list[np.ndarray] | None]:
     """Logits, and with `routes` each layer's (N, tokens, k) expert indices, for all `images`.
 
     Runs in chunks of `batch`, or of the runner's fixed batch, zero-padding the last chunk; padded
-    rows never reach the results.
+    rows never reach the results. `normalised=(mean, std)`: `images` are decoded images normalised with
+    them (a data set's), fed in the convention the graph's input names (`input_convention.graph_feed`);
+    None: `images` are the graph's input as they are.
     """
     fixed = runner.static_batch
     step = fixed or batch
@@ -244,6 +248,8 @@ def predict_all(runner: Runner, images: np.ndarray, batch: int = 64,
     for i in range(0, len(images), step):
         x = images[i:i + step]
         n = len(x)
+        if normalised is not None:
+            x = graph_feed(runner.input_name, x, *normalised)
         if fixed and n < fixed:
             x = np.concatenate([x, np.zeros((fixed - n, *x.shape[1:]), x.dtype)])
         out = runner.infer({runner.input_name: x})

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
+from .input_convention import check_graph, check_input_field
 from .runners import Runner, check_threads
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
@@ -213,6 +214,8 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         prof = record["profile"]
         if not isinstance(prof, dict) or not isinstance(prof.get("name"), str):
             raise bad("profile", prof, "an object with the device profile's name")
+    if "input" in record:
+        check_input_field(record["input"], bad)
     if "precision" in record and record["precision"] not in PRECISIONS:
         raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
     if "runtime" in record and record["runtime"] not in RUNTIMES:
@@ -267,8 +270,9 @@ def classifier_fields(record: dict, path: str | Path) -> None:
 
 
 def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
-    """The sidecar's input size and class count against the loaded model's own shapes."""
+    """The sidecar's input size, input convention and class count against the loaded model's own."""
     where = f"{Path(path).name}.json"
+    check_graph(record, runner.input_name if runner.input_names else None, path)
     pre = ArtifactRecord.of(record).preprocess
     size = pre.size if pre else None
     shape = runner.input_shape

@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from .artifact import BATCH_PROFILE
 from .graph_scan import default_opset
+from .input_convention import check_graph, describe
 from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
 from .sidecar import atomic_path, read_sidecar
 from .triton_config import LABELS, MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
@@ -237,11 +238,13 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     platform, file_name = PLATFORMS[artifact.suffix]
     inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact)
     check_tensors(inputs, outputs, artifact.name)
+    check_graph(record, inputs[0].name, artifact)  # a --raw-input graph's sidecar must say so, and no other's
     is_onnx = artifact.suffix == ".onnx"
     data = external_data(artifact, file_name) if is_onnx else []
     notes = ort_notes(content, record) if is_onnx else ()
     labelled, label_text = labels(record, outputs, artifact)
-    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes, labelled)
+    config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes, labelled,
+                            describe(record) if len(inputs) == 1 else None)
     folder = repo / name
     if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")

@@ -71,11 +71,16 @@ def _dims(shape: tuple[int, ...]) -> str:
 LABELS = "labels.txt"  # beside config.pbtxt: Triton's classification extension reads it (label_filename)
 
 
+PARAMETER = "mlit_edge_input"  # the config parameter that says what the input takes (input_convention.describe)
+
+
 def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
-                 notes: tuple[str, ...] = (), labelled: str | None = None) -> str:
+                 notes: tuple[str, ...] = (), labelled: str | None = None, feeds: str | None = None) -> str:
     """config.pbtxt in protobuf text format. `max_batch` 0: a static batch, dims include it. `notes`: comment
     lines on top (printable ASCII only, so that none can end its comment). `labelled`: the output whose class
-    names are `LABELS` (`label_filename`), so that Triton's classification extension returns names."""
+    names are `LABELS` (`label_filename`), so that Triton's classification extension returns names. `feeds`: what
+    the input takes, as the `PARAMETER` parameter (Triton passes `parameters` through to clients that read the
+    config: `GET v2/models/NAME/config`), and the input's `format: FORMAT_NCHW` (an image input's layout)."""
     if not all(re.fullmatch(r"[ -~]*", note) for note in notes):
         raise ValueError("a config.pbtxt comment holds a byte outside printable ASCII; nothing was written")
     lines = [f"# {note}" for note in notes]
@@ -85,10 +90,13 @@ def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[T
         for t in tensors:
             dims = t.shape[1:] if max_batch else t.shape
             label = f"\n    label_filename: {quote(LABELS)}" if section == "output" and t.name == labelled else ""
+            label += "\n    format: FORMAT_NCHW" if section == "input" and feeds is not None else ""
             items.append(f"  {{\n    name: {quote(t.name)}\n    data_type: {t.dtype}\n    dims: {_dims(dims)}{label}\n  }}")
         lines.append(f"{section} [\n" + ",\n".join(items) + "\n]")
     if max_batch:
         lines.append("dynamic_batching { }")
+    if feeds is not None:
+        lines.append(f"parameters {{\n  key: {quote(PARAMETER)}\n  value {{ string_value: {quote(feeds)} }}\n}}")
     lines.append(f"instance_group [ {{ count: 1, kind: {_kind(platform)} }} ]")
     return "\n".join(lines) + "\n"
 
@@ -121,39 +129,43 @@ def model_config_pb2() -> ModuleType:
 
 
 def _meant(pb2: ModuleType, name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
-           labelled: str | None = None):
+           labelled: str | None = None, feeds: str | None = None):
     """The ModelConfig that `model_config` means, built field by field (no text involved)."""
     def dims(t: Tensor) -> list[int]:
         return list(t.shape[1:] if max_batch else t.shape)
 
     cfg = pb2.ModelConfig(name=name, platform=platform, max_batch_size=max_batch)
     for t in inputs:
-        cfg.input.add(name=t.name, data_type=pb2.DataType.Value(t.dtype), dims=dims(t))
+        added = cfg.input.add(name=t.name, data_type=pb2.DataType.Value(t.dtype), dims=dims(t))
+        if feeds is not None:
+            added.format = pb2.ModelInput.Format.Value("FORMAT_NCHW")
     for t in outputs:
         out = cfg.output.add(name=t.name, data_type=pb2.DataType.Value(t.dtype), dims=dims(t))
         if t.name == labelled:
             out.label_filename = LABELS
     if max_batch:
         cfg.dynamic_batching.SetInParent()
+    if feeds is not None:
+        cfg.parameters[PARAMETER].string_value = feeds
     cfg.instance_group.add(count=1, kind=pb2.ModelInstanceGroup.Kind.Value(_kind(platform)))
     return cfg
 
 
 def checked_config(name: str, platform: str, inputs: list[Tensor], outputs: list[Tensor], max_batch: int,
-                   notes: tuple[str, ...] = (), labelled: str | None = None) -> str:
+                   notes: tuple[str, ...] = (), labelled: str | None = None, feeds: str | None = None) -> str:
     """`model_config`'s text, once Triton's parser reads it back as exactly the config meant (name, platform,
     max_batch_size, every input and output with its type and dims, the labelled output, and nothing else);
     ValueError otherwise."""
     from google.protobuf import text_format
 
     pb2 = model_config_pb2()
-    text = model_config(name, platform, inputs, outputs, max_batch, notes, labelled)
+    text = model_config(name, platform, inputs, outputs, max_batch, notes, labelled, feeds)
     try:
         parsed = text_format.Parse(text, pb2.ModelConfig())
     except text_format.ParseError as e:
         raise ValueError(f"the config.pbtxt made for {name!r} does not parse ({str(e).splitlines()[0][:200]}); "
                          "nothing was written") from None
-    if parsed != _meant(pb2, name, platform, inputs, outputs, max_batch, labelled):
+    if parsed != _meant(pb2, name, platform, inputs, outputs, max_batch, labelled, feeds):
         raise ValueError(f"the config.pbtxt made for {name!r} does not parse back as the config meant (a tensor "
                          "name that escaped its string?); nothing was written")
     return text

@@ -12,6 +12,7 @@ text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
+from mlit_edge.runtime.triton_config import PARAMETER  # noqa: E402
 from tests.helpers import cli, tiny_model, fake_plan  # noqa: E402
 
 
@@ -129,7 +130,9 @@ def test_hostile_tensor_names_are_escaped_and_parse_back_as_one_input(kind, tmp_
     art = (named_onnx(tmp_path, INJECTED, ODD) if kind == "onnx" else fake_plan(tmp_path, plan_io(INJECTED, ODD)))
     cfg, pb2 = parse(Path(cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip()))
     assert [i.name for i in cfg.input] == [INJECTED] and [o.name for o in cfg.output] == [ODD]
-    assert not cfg.parameters and list(cfg.input[0].dims) == [3, 36, 36] and list(cfg.output[0].dims) == [10]
+    # the one parameter is ours (what the input takes): the injected block would have added another
+    assert list(cfg.parameters) == [PARAMETER] and cfg.parameters[PARAMETER].string_value.startswith("normalised:")
+    assert list(cfg.input[0].dims) == [3, 36, 36] and list(cfg.output[0].dims) == [10]
     assert cfg.input[0].data_type == pb2.TYPE_FP32 and cfg.max_batch_size == (64 if kind == "onnx" else 16)
 
 
@@ -295,6 +298,6 @@ def test_an_ort_artifact_warns_which_onnxruntime_triton_must_ship_and_a_portable
     assert "check that your Triton release's ONNX Runtime backend is >= 1.23" in lines[0]
     folder = Path(proc.stdout.strip())
     assert "# this model needs ONNX Runtime 1.23" in (folder / "config.pbtxt").read_text()
-    assert parse(folder)[0].name == "named" and not parse(folder)[0].parameters
+    assert parse(folder)[0].name == "named" and list(parse(folder)[0].parameters) == [PARAMETER]
     portable = cli("export-triton", tiny, "--repo", tmp_path / "repo")
     assert "warning" not in portable.stderr and "#" not in (Path(portable.stdout.strip()) / "config.pbtxt").read_text()
