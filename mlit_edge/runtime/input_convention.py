@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .sidecar import SidecarError
+
 NORMALISED, PIXELS = "normalised", "pixels"
 CONVENTIONS = (NORMALISED, PIXELS)
 INPUT_NAMES = {NORMALISED: "images", PIXELS: "pixels"}  # the graph input's name under each convention
@@ -68,8 +70,6 @@ def check_graph(record: Mapping[str, Any], input_name: str | None, path: str | P
     the model would classify every image wrongly without an error."""
     said, graph = convention_of(record), graph_convention(input_name)
     if graph is not None and graph != said:
-        from .schema import SidecarError
-
         raise SidecarError(f"{Path(path).name}.json: input convention is {said!r}, but the graph's input "
                            f"{input_name!r} takes {graph} input; the sidecar does not belong to this graph: "
                            "rebuild the artifact with mlit-edge build")

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from .input_convention import check_graph, check_input_field
+from .sidecar import SidecarError
 from .runners import Runner, check_threads
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
@@ -21,10 +22,6 @@ MAX_STATIC_BATCH = 4096  # [ours] a fixed batch beyond this is padded per call: 
 MAX_HEAD = 256  # [ours] a head size, padded or not, beyond the largest any fused attention takes is no mLiT's
 PRECISIONS = ("fp32", "fp16", "int8")
 RUNTIMES = ("any", "tensorrt", "onnxruntime")  # what an artifact's graph was made for
-
-
-class SidecarError(ValueError):
-    """A sidecar field the runtime cannot use: the message names the field."""
 
 
 def _obj(value: Any) -> Mapping:

@@ -21,6 +21,10 @@ from typing import Iterator
 from .. import __version__
 from .compat import removesuffix
 
+
+class SidecarError(ValueError):
+    """A sidecar field the runtime cannot use: the message names the field (`schema` checks them)."""
+
 FORMAT = "mlit-edge-artifact"
 AUTO_FIELDS = ("format", "mlit_edge_version", "artifact", "sha256", "bytes")
 
