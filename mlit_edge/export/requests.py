@@ -100,6 +100,9 @@ class BuildRequest(ExportOptions):
             raise ValueError("give --checkpoint or --onnx, not both")
         if self.random_weights and self.onnx:
             raise ValueError("--random-weights builds without weights: drop --onnx, or it")
+        if self.raw_input and self.frontend == "torch-tensorrt":
+            raise ValueError("--raw-input folds the normalisation into the ONNX graph; the torch-tensorrt frontend "
+                             "compiles the PyTorch model: build with --frontend onnx")
         if self.raw_input and self.onnx:
             raise ValueError("--raw-input shapes an export from a checkpoint; an --onnx keeps its own input (export "
                              "it again with --raw-input, then build that)")

@@ -160,6 +160,8 @@ def test_raw_input_with_a_given_onnx_is_refused_in_one_line(both):
     r = cli("build", "--onnx", both[0], "--raw-input", "--target", "onnxruntime", check=False)
     assert r.returncode != 0 and "--raw-input shapes an export from a checkpoint" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+    r = cli("build", "--raw-input", "--frontend", "torch-tensorrt", "--random-weights", check=False)
+    assert r.returncode != 0 and "--frontend onnx" in r.stderr
 
 
 def test_triton_config_says_what_each_input_takes(both, tmp_path):
