@@ -95,3 +95,46 @@ def fake_plan(folder: Path, io, name: str = "fake") -> Path:
                          "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"},
                          "engine": {"flags": {"profile": {"max": 16}}, "io": io}})
     return path
+
+
+GLIB_DUMP = r"""
+import json, sys
+from gi.repository import GLib
+kf = GLib.KeyFile()
+kf.set_list_separator(ord(";"))
+kf.load_from_file(sys.argv[1], GLib.KeyFileFlags.NONE)
+out = {}
+for group in kf.get_groups()[0]:
+    out[group] = {}
+    for key in kf.get_keys(group)[0]:
+        entry = {"value": kf.get_value(group, key)}
+        for kind, get in (("int", kf.get_integer), ("double", kf.get_double), ("ints", kf.get_integer_list),
+                          ("doubles", kf.get_double_list)):
+            try:
+                entry[kind] = get(group, key)
+            except GLib.Error:
+                pass
+        out[group][key] = entry
+print(json.dumps(out))
+"""
+
+
+def python_with_gi() -> str:
+    """An interpreter that imports PyGObject's GLib: this one, else Debian's python3 (python3-gi, which
+    tools/fetch_test_deps.py installs where it is missing); AssertionError with the fix otherwise."""
+    for exe in (sys.executable, "/usr/bin/python3"):
+        if Path(exe).exists() and subprocess.run([exe, "-c", "from gi.repository import GLib"],
+                                                 capture_output=True).returncode == 0:
+            return exe
+    raise AssertionError("no Python here imports GLib through PyGObject: apt-get install python3-gi "
+                         "(python tools/fetch_test_deps.py does it as root), or pip install PyGObject")
+
+
+def glib_keyfile(path: Path) -> dict:
+    """`path` parsed by GLib's own key-file parser, as DeepStream reads its configs: {group: {key: {"value":
+    the raw string, and "int", "double", "ints", "doubles" where GLib reads the value as one}}}."""
+    import json
+
+    proc = subprocess.run([python_with_gi(), "-c", GLIB_DUMP, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"GLib.KeyFile refused {path}: {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout)

@@ -10,6 +10,10 @@ Two things, both from the package index, both kept out of the environment:
   where tests/engine/test_api.py looks up the `cuda.cudart` names the runner uses (the environment has a
   newer cuda-python, whose path is `cuda.bindings.runtime`).
 
+And one from Debian's packages, where none is installed: `python3-gi` (PyGObject), whose GLib.KeyFile parses
+the DeepStream configs in tests/runtime/test_deepstream.py as DeepStream itself reads them (installed as
+root with apt-get; elsewhere the line printed says what to install).
+
 The tests download nothing: when something is missing they fail, naming this command.
 """
 from __future__ import annotations
@@ -54,6 +58,26 @@ def fetch_cuda_python(folder: Path = CUDA_PYTHON_DIR) -> bool:
     return True
 
 
+GI_CHECK = "from gi.repository import GLib"
+
+
+def ensure_gi() -> str:
+    """A Python that imports GLib through PyGObject (this one or Debian's python3), installing Debian's
+    python3-gi where there is none and this runs as root with apt-get; a line saying what happened."""
+    for exe in (sys.executable, "/usr/bin/python3"):
+        if Path(exe).exists() and subprocess.run([exe, "-c", GI_CHECK], capture_output=True).returncode == 0:
+            return f"PyGObject (GLib.KeyFile): found for {exe}"
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return "PyGObject (GLib.KeyFile): missing; install Debian's python3-gi (apt-get install python3-gi)"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                                                 "python3-gi"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0 and cmd[1] == "install":
+            return f"PyGObject (GLib.KeyFile): apt-get install python3-gi failed: {proc.stderr.strip()[-300:]}"
+    return "PyGObject (GLib.KeyFile): installed Debian's python3-gi for /usr/bin/python3"
+
+
 def main() -> int:
     had_stubs = typecheck_trt.cached()
     stubs, repaired = typecheck_trt.fetch()
@@ -61,6 +85,7 @@ def main() -> int:
           + (f" ({repaired} invalid line(s) of the generated stubs repaired)" if repaired else ""))
     fetched = fetch_cuda_python()
     print(f"{CUDA_PYTHON}: {'fetched into' if fetched else 'cached in'} {CUDA_PYTHON_DIR}")
+    print(ensure_gi())
     return 0
 
 

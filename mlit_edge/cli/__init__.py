@@ -2,7 +2,7 @@
 
 Bad input ends in a one-line error and a non-zero exit. Options carry the names of the request
 dataclass fields they fill, and the dataclasses validate them. The commands live with their stage:
-`train` (info, train, pretrain, finetune, eval, export-weights, pretrained, quickstart), `deploy` (export, build, check, export-triton) and
+`train` (info, train, pretrain, finetune, eval, export-weights, pretrained, quickstart), `deploy` (export, build, check, export-triton, export-deepstream) and
 `inference` (bench, predict, serve, stream); nothing here imports torch until a command that needs it runs.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from ..runtime.messages import log_to_stderr
-from .deploy import build, check_cmd, export, export_triton
+from .deploy import build, check_cmd, export, export_deepstream, export_triton
 from .inference import bench, predict, serve, stream
 from .train import eval_, export_weights, finetune, info, pretrain, pretrained, quickstart, train
 
@@ -24,5 +24,5 @@ def main() -> None:
 
 
 for command in (info, train, pretrain, finetune, eval_, pretrained, export, build, bench, quickstart, predict, serve,
-                check_cmd, export_triton, stream, export_weights):
+                check_cmd, export_triton, export_deepstream, stream, export_weights):
     main.add_command(command)

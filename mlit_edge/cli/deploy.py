@@ -188,3 +188,27 @@ def export_triton(artifact: str, repo: str, name: str | None) -> None:
     from ..runtime.triton import write_repository
 
     click.echo(str(write_repository(artifact, repo, name, warn=lambda line: click.echo(f"warning: {line}", err=True))))
+
+
+@click.command("export-deepstream")
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="The folder to write (must not exist): the artifact, config_infer_mlit.txt, labels.txt and "
+                   "deepstream_app_config.txt.")
+@click.option("--uri", default=None, help="The deepstream-app config's file source [default: DeepStream's "
+                                          "samples/streams/sample_720p.mp4].")
+@user_errors
+def export_deepstream(artifact: str, out: str, uri: str | None) -> None:
+    """DeepStream files for a .plan or portable .onnx artifact: an nvinfer classifier config (network-type=1,
+    infer-dims, batch-size, network-mode from the precision, RGB, net-scale-factor and offsets from the recorded
+    mean and std, output-blob-names=logits), the labels file, and a deepstream-app config on a file source.
+
+    \b
+    nvinfer takes one net-scale-factor: a model whose std differs per channel is refused with the fix,
+    an export with --raw-input (the normalisation inside the graph; then 1 and 0).
+    Then, on the device (not run on the project's machines):
+      cd OUT && deepstream-app -c deepstream_app_config.txt
+    """
+    from ..runtime.deepstream import SAMPLE_STREAM, write_deepstream
+
+    click.echo(str(write_deepstream(artifact, out, uri or SAMPLE_STREAM)))
