@@ -15,8 +15,10 @@ as `gstnvinfer_property_parser.h` defines them):
 - The graph outputs logits, not probabilities. nvinfer's default classifier parser attaches the class of the
   largest output value when that value is above `classifier-threshold` (the SDK's sample softmax parser,
   `nvdsinfer_customclassifierparser.cpp`, reads the outputs as probabilities the same way), so a threshold
-  meant as a probability would be compared with a logit. The config sets it far below any logit: the top
-  class is always attached, as `mlit-edge predict` gives it, and its confidence in the metadata is a logit.
+  meant as a probability would be compared with a logit. The config sets it far below any logit, so the
+  threshold never hides the top class; but the parser's running maximum starts at 0 (DeepStream 7.0's
+  nvdsinfer_context_impl_output_parsing.cpp, ClassifyPostprocessor::parseAttributesFromSoftmaxLayers), so an
+  image whose every logit is negative gets no class. The confidence in the metadata is a logit.
 - The resize is the one step that can still differ: nvinfer scales with its own filter (`scaling-filter`, an
   NvBufSurfTransformInter value). The config asks for bilinear (1), measured close to ours; nearest is not.
 Not run here: no DeepStream and no Jetson on the project's machines. The tests parse every file with GLib's
@@ -35,7 +37,7 @@ from .schema import ArtifactRecord, check_runtime, classifier_fields
 from .sidecar import read_sidecar
 
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode
-ALWAYS = -1e9  # classifier-threshold below any logit: the top class is always attached (module docstring)
+ALWAYS = -1e9  # classifier-threshold below any logit (the parser still drops a top logit <= 0: module docstring)
 CONFIG, LABELS, APP = "config_infer_mlit.txt", "labels.txt", "deepstream_app_config.txt"
 SAMPLE_STREAM = "file:///opt/nvidia/deepstream/deepstream/samples/streams/sample_720p.mp4"  # in every install
 STD_TOLERANCE = 1e-9  # [ours] relative: the channels' std must be one number for one net-scale-factor
@@ -77,8 +79,8 @@ def nvinfer_config(record: dict, model_file: str, path: str | Path) -> str:
     model_key = "model-engine-file" if model_file.endswith(".plan") else "onnx-file"
     precision = record.get("precision", "fp32")
     lines = [f"# mlit-edge: {Path(path).name}; the input takes {describe(record)}",
-             "# the graph outputs logits: classifier-threshold is below any of them, so the top class is always "
-             "attached (its confidence is a logit)",
+             "# the graph outputs logits: classifier-threshold is below any of them; the default parser still attaches "
+             "no class when the top logit is <= 0 (its confidence is a logit)",
              "[property]", "gpu-id=0", f"net-scale-factor={scale!r}", "offsets=" + ";".join(repr(o) for o in offsets),
              "model-color-format=0", f"{model_key}={model_file}", f"labelfile-path={LABELS}",
              f"infer-dims=3;{size};{size}", f"batch-size={_batch(record)}", f"network-mode={NETWORK_MODE[precision]}",
