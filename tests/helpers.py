@@ -84,6 +84,19 @@ def export_tiny(path: Path, seed: int = 0, convention: str = "normalised", probe
     return path
 
 
+def resigned_copy(src: Path, dest: Path, **fields) -> Path:
+    """A copy of the artifact `src` at `dest` whose sidecar also says `fields` (re-signed: it stays valid)."""
+    import json
+    import shutil
+
+    from mlit_edge.runtime.sidecar import write_sidecar
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    write_sidecar(dest, {**json.loads(Path(f"{src}.json").read_text()), **fields})
+    return dest
+
+
 def fake_plan(folder: Path, io, name: str = "fake") -> Path:
     """A .plan whose bytes are no engine, with a sidecar recording `io` as engine.io (export-triton reads the
     sidecar, never the engine): TensorRT is not needed to try what a sidecar can say."""

@@ -114,12 +114,11 @@ class CalibrationSet:
         from ..runtime.input_convention import NORMALISED, graph_convention, model_input
 
         convention = graph_convention(input_name) or NORMALISED
-        if convention == NORMALISED or self.pixels is None:
-            return self.images if convention == NORMALISED else self._missing()
+        if convention == NORMALISED:
+            return self.images
+        if self.pixels is None:
+            raise ValueError("this calibration set holds no decoded pixels for a --raw-input graph")
         return model_input(self.pixels, convention, *self.normalisation)
-
-    def _missing(self) -> np.ndarray:
-        raise ValueError("this calibration set holds no decoded pixels for a --raw-input graph")
 
 
 def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> CalibrationSet:

@@ -1,7 +1,6 @@
 """`--raw-input`: the normalisation folded into the patch embedding (exact), the sidecar's input convention, and
 every consumer (runtime, bench, Triton) feeding each convention its own input."""
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +11,8 @@ from mlit_edge.export.raw_input import fold_normalisation
 from mlit_edge.runtime.input_convention import NORMALISED, PIXELS, convention_of, from_normalised
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
 from mlit_edge.runtime.schema import SidecarError
-from mlit_edge.runtime.sidecar import read_sidecar, write_sidecar
-from tests.helpers import cli, export_tiny
+from mlit_edge.runtime.sidecar import read_sidecar
+from tests.helpers import cli, export_tiny, resigned_copy
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
@@ -111,19 +110,12 @@ def test_predict_gives_the_same_classes_under_both_conventions(both, tmp_path):
     assert out.count("\n") == len(files) and all(f"{f}:" in out for f in files)
 
 
-def _resigned(src: Path, dest: Path, **fields) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest)
-    write_sidecar(dest, {**json.loads(Path(f"{src}.json").read_text()), **fields})
-    return dest
-
-
 def test_a_sidecar_that_contradicts_its_graph_is_refused_everywhere(both, tmp_path):
     from mlit_edge.runtime import Classifier
     from mlit_edge.runtime.input_convention import input_record
 
-    said_pixels = _resigned(both[0], tmp_path / "a" / "m.onnx", input=input_record(PIXELS, [0.1307] * 3, [0.3081] * 3))
-    said_normal = _resigned(both[1], tmp_path / "b" / "m.onnx",
+    said_pixels = resigned_copy(both[0], tmp_path / "a" / "m.onnx", input=input_record(PIXELS, [0.1307] * 3, [0.3081] * 3))
+    said_normal = resigned_copy(both[1], tmp_path / "b" / "m.onnx",
                             input=input_record(NORMALISED, [0.1307] * 3, [0.3081] * 3))
     for art in (said_pixels, said_normal):
         with pytest.raises(SidecarError, match="does not belong to this graph"):
@@ -132,7 +124,7 @@ def test_a_sidecar_that_contradicts_its_graph_is_refused_everywhere(both, tmp_pa
         assert r.returncode == 1 and "does not belong to this graph" in r.stderr
         r = cli("export-triton", art, "--repo", tmp_path / f"repo-{art.parent.name}", check=False)
         assert r.returncode != 0 and "does not belong to this graph" in r.stderr
-    forged = _resigned(both[1], tmp_path / "c" / "m.onnx", input={"convention": "pixels", "name": "images"})
+    forged = resigned_copy(both[1], tmp_path / "c" / "m.onnx", input={"convention": "pixels", "name": "images"})
     with pytest.raises(SidecarError, match="input.name"):
         Classifier.load(forged)
 

@@ -2,7 +2,6 @@
 GLib's own key-file parser (what DeepStream reads them with), and nvinfer's preprocessing replayed on real
 images against the runtime's own input tensor."""
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,7 @@ import pytest
 from mlit_edge.runtime.deepstream import APP, CONFIG, LABELS, write_deepstream
 from mlit_edge.runtime.input_convention import PIXELS, model_input
 from mlit_edge.runtime.preprocess import resize_images
-from mlit_edge.runtime.sidecar import write_sidecar
-from tests.helpers import cli, export_tiny, fake_plan, glib_keyfile
+from tests.helpers import cli, export_tiny, fake_plan, glib_keyfile, resigned_copy
 
 pytest.importorskip("onnx")
 
@@ -21,14 +19,6 @@ pytest.importorskip("onnx")
 def pixels_onnx(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("ds-pixels")
     return export_tiny(folder / "mlit-tiny-fp32.onnx", convention=PIXELS)
-
-
-def _copy(src: Path, dest: Path, **fields) -> Path:
-    """A copy of an artifact whose sidecar says `fields` too (re-signed: it stays valid)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest)
-    write_sidecar(dest, {**json.loads(Path(f"{src}.json").read_text()), **fields})
-    return dest
 
 
 def test_the_files_parse_with_glib_and_say_what_the_artifact_is(tiny_onnx, tmp_path):
@@ -80,7 +70,7 @@ def test_nvinfer_preprocessing_reproduces_the_runtime_input_to_1e_6(convention, 
 
 
 def test_a_per_channel_std_is_refused_with_the_raw_input_export_that_fixes_it(tiny_onnx, tmp_path):
-    art = _copy(tiny_onnx, tmp_path / "a" / "m.onnx",
+    art = resigned_copy(tiny_onnx, tmp_path / "a" / "m.onnx",
                 preprocess={"size": 36, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]})
     r = cli("export-deepstream", art, "--out", tmp_path / "ds", check=False)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
@@ -99,7 +89,7 @@ def test_a_plan_names_its_engine_and_its_batch_and_bad_artifacts_are_one_line(ti
     for fields, words in [({"classes": ["a;b"] + [str(i) for i in range(9)]}, "holds ';'"),
                           ({"runtime": "onnxruntime"}, "onnxruntime"),
                           ({"input": {"name": "pixels", "convention": "pixels"}}, "does not belong to this graph")]:
-        art = _copy(tiny_onnx, tmp_path / words[:4].strip() / "m.onnx", **fields)
+        art = resigned_copy(tiny_onnx, tmp_path / words[:4].strip() / "m.onnx", **fields)
         r = cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "out").exists()
