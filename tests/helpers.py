@@ -70,9 +70,11 @@ def tiny_model(seed: int = 0):
                            hidden_last=8)).eval()
 
 
-def export_tiny(path: Path, seed: int = 0, convention: str = "normalised", probe: bool = False) -> Path:
+def export_tiny(path: Path, seed: int = 0, convention: str = "normalised", probe: bool = False,
+                input_dtype: str = "float32") -> Path:
     """`tiny_model(seed)` exported to `path` (fp32, dynamic batch) with a sidecar that records the embedded
-    digits' preprocessing, as a user's artifact would; `convention="pixels"` as `--raw-input` makes it."""
+    digits' preprocessing, as a user's artifact would; `convention="pixels"` as `--raw-input` makes it, and
+    `input_dtype="uint8"` as `--input-dtype uint8` does."""
     from mlit_edge.export.onnx_export import export_onnx
     from mlit_edge.export.source import load_for_export
 
@@ -80,7 +82,7 @@ def export_tiny(path: Path, seed: int = 0, convention: str = "normalised", probe
     model = tiny_model(seed)
     info["model"] = {**info["model"], "size": "tiny", "params": sum(p.numel() for p in model.parameters())}
     info["preprocess"] = {**info["preprocess"], "dataset": "mnist5k", "mean": [0.1307] * 3, "std": [0.3081] * 3}
-    export_onnx(model, path, info, convention=convention, probe=probe)
+    export_onnx(model, path, info, convention=convention, probe=probe, input_dtype=input_dtype)
     return path
 
 
@@ -95,6 +97,22 @@ def resigned_copy(src: Path, dest: Path, **fields) -> Path:
     shutil.copyfile(src, dest)
     write_sidecar(dest, {**json.loads(Path(f"{src}.json").read_text()), **fields})
     return dest
+
+
+def refused_everywhere(art: Path, repo: Path, match: str) -> None:
+    """`art` is refused in one line, matching `match`, by `Classifier.load`, `bench` and `export-triton`
+    (into the folder `repo`): what a sidecar that contradicts its graph must get from each."""
+    import pytest
+
+    from mlit_edge.runtime import Classifier
+    from mlit_edge.runtime.schema import SidecarError
+
+    with pytest.raises(SidecarError, match=match):
+        Classifier.load(art)
+    r = cli("bench", art, "--iterations", "2", "--batch", "1", "--limit", "8", check=False)
+    assert r.returncode == 1 and "does not belong to this graph" in r.stderr
+    r = cli("export-triton", art, "--repo", repo, check=False)
+    assert r.returncode != 0 and "does not belong to this graph" in r.stderr
 
 
 def fake_plan(folder: Path, io, name: str = "fake") -> Path:

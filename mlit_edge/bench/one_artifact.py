@@ -52,14 +52,22 @@ def graph_images(runner: Runner, record: dict, images: np.ndarray | None, path: 
     graph's pixels (exactly: they were decoded from uint8). A sidecar that contradicts the graph is refused."""
     from ..runtime.input_convention import PIXELS, check_graph, graph_convention, graph_feed
 
-    check_graph(record, runner.input_name, path)
+    check_graph(record, runner.input_name, path, runner.input_dtype)
     if images is None or graph_convention(runner.input_name) != PIXELS:
         return images
     pre = record.get("preprocess")
     if not pre:
         raise ValueError(f"{path.name}: a --raw-input graph (input 'pixels') without its sidecar: the mean and std "
                          "to give the bench's images back as pixels are unknown; keep its .json beside it")
-    return graph_feed(runner.input_name, images, pre["mean"], pre["std"])
+    return graph_feed(runner.input_name, images, pre["mean"], pre["std"], runner.input_dtype)
+
+
+def random_batch(runner: Runner, b: int, rng: np.random.Generator) -> np.ndarray:
+    """`b` random inputs in the graph's own type (no data set to time with): uint8 pixels for a uint8 graph."""
+    shape = (b, *runner.input_shape[1:])
+    if runner.input_dtype == "uint8":
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    return rng.standard_normal(shape).astype(np.float32)
 
 
 def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, labels: np.ndarray | None,
@@ -103,8 +111,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         if runner.static_batch and b != runner.static_batch:
             notes.append(f"batch {b} skipped: the graph has a fixed batch of {runner.static_batch}")
             continue
-        x = (images[:b] if images is not None and len(images) >= b else
-             rng.standard_normal((b, *runner.input_shape[1:])).astype(np.float32))
+        x = images[:b] if images is not None and len(images) >= b else random_batch(runner, b, rng)
         logger.info(f"timing {path.name} batch {b} ...")
         try:
             stats = time_runner(lambda: runner.infer({runner.input_name: x}), b, cfg.warmup_ms, cfg.warmup_iters,

@@ -45,6 +45,11 @@ def _export_options(fn):
                           "no padding): the graph takes RGB pixels 0-255 as float32 (N, 3, S, S), input 'pixels', so a "
                           "client only resizes. For DeepStream (nvinfer cannot express a per-channel std), Triton and "
                           "any client without mlit-edge's preprocessing."),
+        click.option("--input-dtype", default=default(ExportOptions, "input_dtype"), show_default=True,
+                     type=click.Choice(["float32", "uint8"]),
+                     help="With --raw-input: uint8 makes the input uint8, read by a Cast to float32 inside the "
+                          "graph (exact; a quarter of the bytes to copy). TensorRT takes it from 8.5 (every "
+                          "--jetpack here), ONNX Runtime and Triton too; DeepStream's nvinfer feeds float32 only."),
         click.option("--calib-data", default=None,
                      help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
                           "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k]."),

@@ -133,7 +133,7 @@ def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_reco
     """The calibrated INT8 DLA engine of the fp32 `final`: the QDQ recipe's images (export/calibration.py), its
     manifest beside the plan, the TensorRT cache keyed by both hashes (engine/dla_int8.py)."""
     from ..export.calibration import calibration_set, resolve_recipe, write_manifest
-    from ..runtime.input_convention import INPUT_NAMES, convention_of
+    from ..runtime.input_convention import INPUT_NAMES, convention_of, dtype_of
     from .dla_int8 import cache_path, calibration_record, make_calibrator
     from .plan import build_serialized
 
@@ -142,7 +142,8 @@ def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_reco
                             req.data_root)
     write_manifest(calib.manifest, plan.engine.with_name(plan.engine.stem + ".calib.json"))
     cache = cache_path(plan.engine, calib.manifest["sha256"], sha256 or "")
-    calibrator = make_calibrator(trt, calib.for_graph(INPUT_NAMES[convention_of(final_record)]), plan.batch, cache)
+    calibrator = make_calibrator(trt, calib.for_graph(INPUT_NAMES[convention_of(final_record)],
+                                                      dtype_of(final_record)), plan.batch, cache)
     opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core, False, "int8",
                         final_record.fp32_layers, calibrator)
     logger.info(f"[build] {trt.__name__} {trt.__version__}: calibrated INT8 (IInt8EntropyCalibrator2, "

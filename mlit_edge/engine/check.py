@@ -127,6 +127,9 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
         fused_for = profile or PROFILES[DEFAULT]
         rep.fusion = [{**asdict(f), "fusable": f.fusable} for f in attention_fusion(model, fused_for)]
         rep.layernorm, rep.profile = layernorm_form(model), rep.profile or fused_for.name
+    from ..runtime.uint8_io import uint8_problems
+
+    rep.problems += uint8_problems(model)  # TensorRT's kUINT8 rule, the same on 8.5, 8.6 and 10.x
     for op in sorted(set(rep.ops) & DENIED):
         rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
     foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx", "com.microsoft")}
@@ -181,6 +184,11 @@ def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
                             f"--jetpack {profile.jetpack or '...'}")
     if rep.opset is not None and table.min_opset and rep.opset < table.min_opset:
         rep.problems.append(f"opset {rep.opset}: {where} reads opset {table.min_opset} and newer")
+    from ..runtime.uint8_io import uint8_input_allowed, uint8_inputs
+
+    if uint8_inputs(model) and not uint8_input_allowed(table.trt_version):
+        rep.problems.append(f"UINT8 input {uint8_inputs(model)}: {where} has no UINT8 network input (from 8.5); "
+                            "export without --input-dtype uint8")
     for op in sorted(op for op in rep.ops if op != "Constant"):  # a Constant adds no layer (registerLayer)
         if not table.supported(op):
             rep.problems.append(f"{op} x{rep.ops[op]}: {where} does not support it"

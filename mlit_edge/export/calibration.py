@@ -108,9 +108,9 @@ class CalibrationSet:
     def normalisation(self) -> tuple[list, list]:
         return self.manifest["mean"], self.manifest["std"]
 
-    def for_graph(self, input_name: str) -> np.ndarray:
-        """The images as the input of a graph whose input is `input_name` (its convention:
-        `runtime.input_convention`): normalised, or a `--raw-input` graph's pixels, exactly."""
+    def for_graph(self, input_name: str, dtype: str = "float32") -> np.ndarray:
+        """The images as the input of a graph whose input is `input_name` of `dtype` (its convention:
+        `runtime.input_convention`): normalised, or a `--raw-input` graph's pixels, exactly (uint8 or float32)."""
         from ..runtime.input_convention import NORMALISED, graph_convention, model_input
 
         convention = graph_convention(input_name) or NORMALISED
@@ -118,7 +118,7 @@ class CalibrationSet:
             return self.images
         if self.pixels is None:
             raise ValueError("this calibration set holds no decoded pixels for a --raw-input graph")
-        return model_input(self.pixels, convention, *self.normalisation)
+        return model_input(self.pixels, convention, *self.normalisation, dtype)
 
 
 def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> CalibrationSet:
@@ -252,7 +252,9 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
             record.pop("cache_key", None)
             record["calibration"] = {**record["calibration"], **calib_info}
             return Calibrated(record, True, None)
-    record, proto = to_int8(src, out, calib.for_graph(source.graph().graph.input[0].name), calib_info, source=source)
+    from ..runtime.input_convention import graph_input
+
+    record, proto = to_int8(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with temporary_beside(cached) as tmp:

@@ -66,6 +66,11 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
     name_nodes(model)
     island = layernorm_island(model)  # a LayerNormalization decomposed for TensorRT 8.5 stays fp32 as the op does
     keep = fp32_layer_names(model)
+    from ..runtime.uint8_io import uint8_inputs
+
+    # a uint8 input's Cast stays uint8 -> float32 (the converter would retype its output and not its `to`); the
+    # converter then casts its output to fp16 for the patch embedding, as it does a float32 graph input
+    keep |= {n.name for n in model.graph.node if n.op_type == "Cast" and set(n.input) & set(uint8_inputs(model))}
     try:
         with quiet():
             converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),

@@ -22,7 +22,8 @@ import torch
 from .. import __version__
 from ..model.mlit import MLiT
 from ..runtime.artifact import INPUT
-from ..runtime.input_convention import INPUT_NAMES, NORMALISED, PIXELS, from_normalised, input_record
+from ..runtime.input_convention import FLOAT32, INPUT_NAMES, NORMALISED, PIXELS, UINT8, from_normalised, input_record
+from ..runtime.preprocess import normalize
 from ..runtime.runners import OnnxRuntimeRunner
 from ..runtime.sidecar import publish, temporary_beside
 from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
@@ -91,7 +92,8 @@ def check_installed_onnxruntime(attention: str, out: str | Path, opset: int) -> 
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
                 probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
                 attention: str = GROUPED, device: "DeviceProfile | None" = None, pad_to: int | None = None,
-                pad_reason: str | None = None, prune_last: bool = True, convention: str = NORMALISED) -> dict:
+                pad_reason: str | None = None, prune_last: bool = True, convention: str = NORMALISED,
+                input_dtype: str = FLOAT32) -> dict:
     """Export `model` to `out` with its sidecar, published together once checked; returns the record.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
@@ -105,7 +107,8 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     `prune_last`: the last layer for the dummy token alone (the default;
     False keeps every token there, the graph of earlier releases, for before/after measurements).
     `convention`: "pixels" folds the normalisation `info["preprocess"]` records into the patch embedding
-    (`raw_input`): the graph then takes RGB pixels in [0, 255], its input named `pixels`.
+    (`raw_input`): the graph then takes RGB pixels in [0, 255], its input named `pixels`; `input_dtype` "uint8"
+    makes that input uint8, read through a Cast to float32 (`uint8_input`).
     """
     import onnx
 
@@ -116,6 +119,7 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     out = Path(out)
     deployed = to_deploy(model, probe=probe, attention=attention, pad_to=pad_to, prune_last=prune_last)
     pre = {"mean": None, "std": None, **info.get("preprocess", {})}
+    input_rec = input_record(convention, pre["mean"], pre["std"], input_dtype)  # refuses uint8 normalised input
     if convention == PIXELS:
         from .raw_input import take_pixels
 
@@ -138,8 +142,12 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         proto = program.model_proto
         meta = {"mlit_edge_version": __version__, "precision": "fp32", "classes": info["classes"],
                 "preprocess": info["preprocess"], "model": info["model"],
-                "input": input_record(convention, pre["mean"], pre["std"])}
+                "input": input_rec}
         onnx.helper.set_model_props(proto, {"mlit_edge": json.dumps(meta)})
+        if input_dtype == UINT8:
+            from .uint8_input import take_uint8
+
+            take_uint8(proto, graph_input)
         rewritten = {}
         if device is not None and (device.opset < opset or device.layernorm != "native" or device.topk_k_initializer):
             from .legacy_graph import for_parser
@@ -148,13 +156,12 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
             opset = device.opset
         onnx.save(proto, str(tmp))
         parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last, convention=convention,
-                             normalisation=(pre["mean"], pre["std"])) if check else None
+                             normalisation=(pre["mean"], pre["std"]), input_dtype=input_dtype) if check else None
         head = model.cfg.dim // model.cfg.heads
         record = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
                   "batch": batch or "dynamic", "probe": probe, "last_layer": LAST_LAYER[prune_last],
                   "inputs": {graph_input: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
-                  "input": input_record(convention, pre["mean"], pre["std"]),
-                  "outputs": names, "parity": parity, "torch_version": torch.__version__,
+                  "input": input_rec, "outputs": names, "parity": parity, "torch_version": torch.__version__,
                   "onnx_version": onnx.__version__}
         if device is not None:
             record["profile"] = device.record()
@@ -167,9 +174,10 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
 
 def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, seed: int = 0,
                 prune_last: bool = True, convention: str = NORMALISED,
-                normalisation: tuple | None = None) -> dict:
+                normalisation: tuple | None = None, input_dtype: str = FLOAT32) -> dict:
     """Max abs logit error of ONNX Runtime against the eval-mode PyTorch model, and routing equality. A
-    "pixels" graph is fed the same inputs as pixels (`normalisation`: the mean and std folded into it)."""
+    "pixels" graph is fed the same inputs as pixels (`normalisation`: the mean and std folded into it); a
+    uint8 one random pixels, and PyTorch their normalised values."""
     sizes = [batch] if batch else [1, 8]
     rng = np.random.default_rng(seed)
     worst, scale, routing_equal = 0.0, 1.0, True
@@ -181,6 +189,9 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
         for b in sizes:
             x = rng.standard_normal((b, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size), np.float32)
             feed = x if convention == NORMALISED else from_normalised(x, convention, *normalisation)
+            if input_dtype == UINT8:  # whole pixels, and the normalised image PyTorch sees made from them
+                feed = rng.integers(0, 256, x.shape, dtype=np.uint8)
+                x = normalize(feed.transpose(0, 2, 3, 1), *normalisation)
             got = ort_run.infer({INPUT_NAMES[convention]: feed})
             want_logits = ref_run.infer({INPUT: x})["logits"]
             worst = max(worst, float(np.abs(got["logits"] - want_logits).max()))

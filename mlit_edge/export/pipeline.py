@@ -85,7 +85,8 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
         logger.info(f"[export 1/3] source ONNX {plan.fp32} ({source.precision})")
         return Variant(plan.fp32, source.record)
     earlier = source.reusable(plan.fp32, plan.opset, plan.batch, plan.probe, plan.attention,
-                              plan.device.name if plan.device else None, plan.pad_to, plan.convention)
+                              plan.device.name if plan.device else None, plan.pad_to, plan.convention,
+                              plan.input_dtype)
     if earlier is not None:
         logger.info(f"[export 1/3] reusing {plan.fp32}: same checkpoint, opset, batch and attention, checked "
                     "against PyTorch when written")
@@ -99,7 +100,8 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
                     f"opset {plan.opset}")
     for_device = f", for {plan.device.describe()}" if plan.device and plan.device.name != DEFAULT_DEVICE else ""
     padded = f", heads padded to {plan.pad_to} ({plan.pad_reason})" if plan.pad_to else ""
-    padded += ", takes RGB pixels 0-255 (normalisation folded into the patch embedding)" if plan.convention == "pixels" else ""
+    padded += (f", takes RGB pixels 0-255 as {plan.input_dtype} (normalisation folded into the patch embedding)"
+               if plan.convention == "pixels" else "")
     logger.info(f"[export 1/3] {plan.fp32} (opset {plan.opset}, batch {plan.batch or 'dynamic'}{fused}{for_device}"
                 f"{padded}) and its check against PyTorch")
     evaluate = plan.evaluate and "fp32" in plan.precisions  # a variant's own accuracy is what counts
@@ -107,7 +109,7 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
                       measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None,
                                                      held_out=held_out),
                       attention=plan.attention, device=plan.device, pad_to=plan.pad_to, pad_reason=plan.pad_reason,
-                      convention=plan.convention)
+                      convention=plan.convention, input_dtype=plan.input_dtype)
     logger.info(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
     return Variant(plan.fp32, ArtifactRecord.of(rec))
 

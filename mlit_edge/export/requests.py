@@ -36,6 +36,7 @@ class ExportOptions:
     tensorrt: str | None = None  # the same, named by JetPack's TensorRT: 8.5, 8.6, 10.3 or 10.13
     pad_heads: str = "auto"  # auto, off or a head size N: each head zero-padded to it (runtime.mha_rules.pad_choice)
     raw_input: bool = False  # the normalisation folded into the graph: it takes RGB pixels in [0, 255] (export.raw_input)
+    input_dtype: str = "float32"  # the pixels graph's input type: float32, or uint8 through a Cast (export.uint8_input)
 
     def __post_init__(self) -> None:
         named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
@@ -51,6 +52,12 @@ class ExportOptions:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.random_weights and self.checkpoint:
             raise ValueError("--random-weights builds without weights: drop --checkpoint, or it")
+        from ..runtime.input_convention import NORMALISED, PIXELS, check_dtype
+
+        try:
+            check_dtype(PIXELS if self.raw_input else NORMALISED, self.input_dtype)
+        except ValueError as e:
+            raise ValueError(f"--input-dtype {self.input_dtype}: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class BuildPlan:
     pad_to: int | None = None  # each head's Q, K and V zero-padded to this size in the fp32 export; None: not
     pad_reason: str = ""  # why (runtime.mha_rules.pad_choice), for the sidecar
     convention: str = "normalised"  # the graph's input (runtime.input_convention): "pixels" with --raw-input
+    input_dtype: str = "float32"  # its element type: uint8 with --input-dtype uint8 (export.uint8_input)
 
     @property
     def strongly_typed(self) -> bool:
@@ -151,7 +152,23 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None,
                      base.attention, opset, req.batch, probe, variants, precisions, engine, dataset, recipe,
                      req.evaluate and torch, torch, profile, tuple(notes), note, device, pad_to, pad_reason,
-                     _convention(req, source))
+                     _convention(req, source), _input_dtype(req, source, device))
+
+
+def _input_dtype(req: ExportOptions, source: Source, device: DeviceProfile | None) -> str:
+    """The graph input's element type: a given ONNX keeps its own; an export's is --input-dtype, refused for a
+    TensorRT without UINT8 network input (`runtime.uint8_io`)."""
+    from ..runtime.input_convention import UINT8, dtype_of
+
+    if source.onnx is not None:
+        return dtype_of(source.record)
+    if req.input_dtype == UINT8 and device is not None:
+        from ..runtime.uint8_io import uint8_input_allowed
+
+        if not uint8_input_allowed(device.tensorrt):
+            raise ValueError(f"--input-dtype uint8: {device.describe()} takes no UINT8 network input (TensorRT "
+                             "8.5 and newer do); export the float32 pixels graph (--raw-input alone)")
+    return req.input_dtype
 
 
 def _convention(req: ExportOptions, source: Source) -> str:

@@ -117,12 +117,12 @@ class Source:
 
     def reusable(self, fp32: Path, opset: int, batch: int | None, probe: bool, attention: str = "grouped",
                  device: str | None = None, pad_to: int | None = None,
-                 convention: str = "normalised") -> ArtifactRecord | None:
+                 convention: str = "normalised", input_dtype: str = "float32") -> ArtifactRecord | None:
         """The record of `fp32` when it is already this checkpoint's export, from the same opset, batch,
-        attention form, head padding and input convention, device profile and mlit-edge version (it was checked against
+        attention form, head padding, input convention and dtype, device profile and mlit-edge version (it was checked against
         PyTorch when written); else None."""
         from .. import __version__
-        from ..runtime.input_convention import convention_of
+        from ..runtime.input_convention import convention_of, dtype_of
         from ..runtime.schema import read_record
 
         sha = self.record.checkpoint_sha256
@@ -135,7 +135,7 @@ class Source:
         same = (rec.checkpoint_sha256 == sha and rec.opset == opset and rec.batch == (batch or "dynamic")
                 and rec.probe is probe and rec.get("mlit_edge_version") == __version__ and rec.attention == attention
                 and rec.parity_max_abs_err is not None and rec.profile == device and rec.padded_to == pad_to
-                and convention_of(rec) == convention)
+                and convention_of(rec) == convention and dtype_of(rec) == input_dtype)
         return rec if same else None
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
-from .input_convention import convention_of, model_input
+from .input_convention import convention_of, dtype_of, model_input
 from .preprocess import resize_images
 from .runners import Runner, predict_all
 from .schema import ArtifactRecord, check_against_model, classifier_fields
@@ -41,6 +41,7 @@ class Classifier:
         pre = record["preprocess"]
         self.size, self.mean, self.std = pre["size"], pre["mean"], pre["std"]
         self.convention = convention_of(record)  # normalised, or pixels for a --raw-input graph
+        self.input_dtype = dtype_of(record)  # float32, or uint8 (--input-dtype uint8): checked against the graph
         self.classes: list[str] = list(record["classes"])
         self.max_batch = runner.static_batch or int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
@@ -103,20 +104,22 @@ class Classifier:
             arrays = [load_image(x, self.max_pixels, keep_grey=True) if isinstance(x, (str, Path))
                       else check_array(x, f"images[{i}]", self.max_pixels) for i, x in enumerate(items)]
             batch = resize_images(arrays, self.size)
-        return model_input(batch, self.convention, self.mean, self.std)
+        return model_input(batch, self.convention, self.mean, self.std, self.input_dtype)
 
     # -- inference -----------------------------------------------------------------------------------
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """Logits for an already preprocessed float32 (N, 3, S, S) batch, in chunks the artifact accepts."""
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 4 or x.shape[1:] != (3, self.size,
-                                                                                                     self.size):
-            raise InputError(f"expected float32 (N, 3, {self.size}, {self.size}); got "
+        """Logits for an already preprocessed (N, 3, S, S) batch (`preprocess`'s: float32, or uint8 for a uint8
+        graph), in chunks the artifact accepts."""
+        want = np.dtype(self.input_dtype)
+        if not isinstance(x, np.ndarray) or x.dtype != want or x.ndim != 4 or x.shape[1:] != (3, self.size,
+                                                                                               self.size):
+            raise InputError(f"expected {want.name} (N, 3, {self.size}, {self.size}); got "
                              f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
         if len(x) == 0:
             raise InputError("empty batch: nothing to classify")
         self._require_open()
-        if not np.isfinite(x).all():
+        if want.kind == "f" and not np.isfinite(x).all():
             raise InputError("the input contains NaN or infinity")
         return predict_all(self.runner, x, self.max_batch)[0]
 

@@ -19,6 +19,10 @@ as `gstnvinfer_property_parser.h` defines them):
   threshold never hides the top class; but the parser's running maximum starts at 0 (DeepStream 7.0's
   nvdsinfer_context_impl_output_parsing.cpp, ClassifyPostprocessor::parseAttributesFromSoftmaxLayers), so an
   image whose every logit is negative gets no class. The confidence in the metadata is a logit.
+- nvinfer feeds float32 only: its preprocessing (sources/libs/nvdsinfer/nvdsinfer_context_impl.cpp,
+  InferPreprocessor::transform) writes each frame into the input binding through an NvDsInferConvert_* kernel,
+  and every one of them writes float (nvdsinfer_conversion.h: "planar float output", `float *outBuffer`). A
+  `--input-dtype uint8` graph would read those bytes as pixels, so it is refused with the float32 export.
 - The resize is the one step that can still differ: nvinfer scales with its own filter (`scaling-filter`, an
   NvBufSurfTransformInter value). The config asks for bilinear (1), measured close to ours; nearest is not.
 Not run here: no DeepStream and no Jetson on the project's machines. The tests parse every file with GLib's
@@ -32,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from .input_convention import NORMALISED, PIXELS, check_graph, convention_of, describe
+from .input_convention import NORMALISED, PIXELS, UINT8, check_graph, convention_of, describe, dtype_of
 from .schema import ArtifactRecord, check_runtime, classifier_fields
 from .sidecar import read_sidecar
 
@@ -40,6 +44,7 @@ NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode
 ALWAYS = -1e9  # classifier-threshold below any logit (the parser still drops a top logit <= 0: module docstring)
 CONFIG, LABELS, APP = "config_infer_mlit.txt", "labels.txt", "deepstream_app_config.txt"
 SAMPLE_STREAM = "file:///opt/nvidia/deepstream/deepstream/samples/streams/sample_720p.mp4"  # in every install
+ENGINE_DTYPES = {"float": "float32", "half": "float16", "uint8": "uint8", "int8": "int8"}  # engine.io's -> numpy's
 STD_TOLERANCE = 1e-9  # [ours] relative: the channels' std must be one number for one net-scale-factor
 
 
@@ -118,8 +123,14 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     classifier_fields(record, artifact)
     check_runtime(record, "tensorrt", artifact)  # an ONNX Runtime artifact's fused attention is no TensorRT graph
     io = ArtifactRecord.of(record).engine_io
-    names = [t.get("name") for t in (io or {}).get("inputs", []) if isinstance(t, dict)]
-    check_graph(record, names[0] if names else _onnx_input(content), artifact)
+    inputs = [t for t in (io or {}).get("inputs", []) if isinstance(t, dict)]
+    name, dtype = (inputs[0].get("name"), ENGINE_DTYPES.get(inputs[0].get("dtype"))) if inputs else _onnx_input(content)
+    check_graph(record, name, artifact, dtype)
+    if dtype_of(record) == UINT8:
+        ckpt = record.get("checkpoint") or "CKPT"
+        raise ValueError(f"{artifact.name} takes uint8 input, and nvinfer feeds float32 (its preprocessing writes "
+                         f"float into the input binding): export the float32 pixels graph, mlit-edge export "
+                         f"--checkpoint {ckpt} --raw-input, and export-deepstream that")
     config = nvinfer_config(record, artifact.name, artifact)
     labels = labels_text(record["classes"], artifact)
     if os.path.lexists(out):
@@ -141,13 +152,15 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     return out
 
 
-def _onnx_input(content: bytes) -> str | None:
-    """The first graph input's name, read without onnx (the runtime floor may lack it)."""
+def _onnx_input(content: bytes) -> tuple[str | None, str | None]:
+    """The first graph input's name and numpy dtype, (None, None) without onnx (the runtime floor may lack it)."""
     try:
         import onnx
     except ImportError:
-        return None
-    return onnx.load_from_string(content).graph.input[0].name
+        return None, None
+    from .input_convention import graph_input
+
+    return graph_input(onnx.load_from_string(content))
 
 
 __all__ = ["NORMALISED", "PIXELS", "scale_and_offsets", "labels_text", "nvinfer_config", "app_config",

@@ -3,7 +3,9 @@
 - "normalised" (every release before `--raw-input`): float32 (N, 3, S, S), (pixel / 255 - mean) / std per
   channel, input named `images`. Every client re-implements the normalisation (`preprocess.normalize`).
 - "pixels" (`--raw-input`): float32 (N, 3, S, S) RGB pixels in [0, 255], input named `pixels`; the mean, std
-  and 1/255 are folded into the patch embedding (`export.raw_input`), so a client only resizes.
+  and 1/255 are folded into the patch embedding (`export.raw_input`), so a client only resizes. With
+  `--input-dtype uint8` the input is uint8 and a Cast to float32 inside the graph reads it
+  (`export.uint8_input`): a quarter of the bytes to copy, where the runtime takes uint8 network input.
 
 The sidecar's `input` field records the convention, and the graph's input name carries it too, so a sidecar
 that contradicts its graph is caught when the runner opens (`check_graph`), before a single wrong class.
@@ -20,19 +22,32 @@ from .sidecar import SidecarError
 
 NORMALISED, PIXELS = "normalised", "pixels"
 CONVENTIONS = (NORMALISED, PIXELS)
+FLOAT32, UINT8 = "float32", "uint8"
+DTYPES = (FLOAT32, UINT8)  # a graph input's element type, as numpy names it; uint8 only for pixels
 INPUT_NAMES = {NORMALISED: "images", PIXELS: "pixels"}  # the graph input's name under each convention
 PIXEL_RANGE = (0.0, 255.0)
 
 
-def input_record(convention: str, mean: Sequence[float] | None, std: Sequence[float] | None) -> dict:
-    """The sidecar's `input` field for a graph of `convention` made from a model trained with `mean`, `std`
-    (unknown, None, only for a normalised graph: the caller normalises as it knows)."""
+def check_dtype(convention: str, dtype: str) -> None:
+    """ValueError unless `dtype` is one a graph of `convention` takes: uint8 carries pixels, never normalised
+    values (which are fractions, most of them negative)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"input dtype {dtype!r}: choose from {', '.join(DTYPES)}")
+    if dtype == UINT8 and convention != PIXELS:
+        raise ValueError("a uint8 input carries RGB pixels 0-255, not normalised values: add --raw-input")
+
+
+def input_record(convention: str, mean: Sequence[float] | None, std: Sequence[float] | None,
+                 dtype: str = FLOAT32) -> dict:
+    """The sidecar's `input` field for a graph of `convention` and input `dtype` made from a model trained with
+    `mean`, `std` (unknown, None, only for a normalised graph: the caller normalises as it knows)."""
     if convention not in CONVENTIONS:
         raise ValueError(f"input convention {convention!r}: choose from {', '.join(CONVENTIONS)}")
+    check_dtype(convention, dtype)
     if convention == PIXELS and (mean is None or std is None):
         raise ValueError("a pixels graph folds the model's mean and std, and none are recorded")
     mean, std = list(mean or []), list(std or [])
-    rec: dict[str, Any] = {"name": INPUT_NAMES[convention], "convention": convention, "dtype": "float32",
+    rec: dict[str, Any] = {"name": INPUT_NAMES[convention], "convention": convention, "dtype": dtype,
                            "layout": "NCHW", "channels": "RGB"}
     if convention == PIXELS:
         rec.update(range=list(PIXEL_RANGE), folded={"mean": [float(m) for m in mean], "std": [float(s) for s in std],
@@ -49,12 +64,22 @@ def convention_of(record: Mapping[str, Any]) -> str:
     return conv if conv in CONVENTIONS else NORMALISED
 
 
+def dtype_of(record: Mapping[str, Any]) -> str:
+    """The input dtype a sidecar records (float32 where it records none: every graph made before uint8 input)."""
+    field = record.get("input")
+    dtype = field.get("dtype") if isinstance(field, Mapping) else None
+    return dtype if dtype in DTYPES else FLOAT32
+
+
 def check_input_field(field: Any, bad: Callable[[str, Any, str], Exception]) -> None:
     """The sidecar's `input` field, typed (`schema.check_record` calls it with its error maker)."""
     if not isinstance(field, Mapping) or field.get("convention") not in CONVENTIONS:
         raise bad("input", field, f"an object whose convention is one of {', '.join(CONVENTIONS)}")
     if field.get("name") != INPUT_NAMES[field["convention"]]:
         raise bad("input.name", field.get("name"), f"{INPUT_NAMES[field['convention']]!r} for {field['convention']} input")
+    dtype = field.get("dtype", FLOAT32)
+    if dtype not in DTYPES or (dtype == UINT8 and field["convention"] != PIXELS):
+        raise bad("input.dtype", dtype, "float32, or uint8 for pixels input")
 
 
 def graph_convention(input_name: str | None) -> str | None:
@@ -65,13 +90,19 @@ def graph_convention(input_name: str | None) -> str | None:
     return None
 
 
-def check_graph(record: Mapping[str, Any], input_name: str | None, path: str | Path) -> None:
-    """Refuse a sidecar whose input convention contradicts the graph's own input name: fed the wrong way,
-    the model would classify every image wrongly without an error."""
+def check_graph(record: Mapping[str, Any], input_name: str | None, path: str | Path,
+                input_dtype: str | None = None) -> None:
+    """Refuse a sidecar whose input convention contradicts the graph's own input name, or whose input dtype
+    contradicts the graph's `input_dtype` (numpy's name; None: unknown): fed the wrong way, the model would
+    classify every image wrongly without an error, or a client would be told to send the wrong bytes."""
     said, graph = convention_of(record), graph_convention(input_name)
     if graph is not None and graph != said:
         raise SidecarError(f"{Path(path).name}.json: input convention is {said!r}, but the graph's input "
                            f"{input_name!r} takes {graph} input; the sidecar does not belong to this graph: "
+                           "rebuild the artifact with mlit-edge build")
+    if input_dtype is not None and (input_dtype == UINT8) != (dtype_of(record) == UINT8):
+        raise SidecarError(f"{Path(path).name}.json: input dtype is {dtype_of(record)}, but the graph's input "
+                           f"{input_name!r} is {input_dtype}; the sidecar does not belong to this graph: "
                            "rebuild the artifact with mlit-edge build")
 
 
@@ -79,15 +110,17 @@ def describe(record: Mapping[str, Any]) -> str:
     """What a client must feed, in one line (Triton's config parameter, DeepStream's comment)."""
     pre = record.get("preprocess") or {}
     if convention_of(record) == PIXELS:
-        return "pixels: RGB 0-255 as float32 NCHW, resized only; the normalisation is inside the graph"
+        return (f"pixels: RGB 0-255 as {dtype_of(record)} NCHW, resized only; the normalisation is inside the "
+                "graph")
     return (f"normalised: RGB (pixel / 255 - mean) / std as float32 NCHW, mean {list(pre.get('mean') or [])}, "
             f"std {list(pre.get('std') or [])}")
 
 
-def model_input(images: np.ndarray, convention: str, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """Resized uint8 (N, S, S, 3) -> the graph's float32 (N, 3, S, S) input under `convention`."""
+def model_input(images: np.ndarray, convention: str, mean: Sequence[float], std: Sequence[float],
+                dtype: str = FLOAT32) -> np.ndarray:
+    """Resized uint8 (N, S, S, 3) -> the graph's (N, 3, S, S) input under `convention`, as `dtype`."""
     if convention == PIXELS:
-        return np.ascontiguousarray(images.astype(np.float32).transpose(0, 3, 1, 2))
+        return np.ascontiguousarray(images.transpose(0, 3, 1, 2), np.uint8 if dtype == UINT8 else np.float32)
     from .preprocess import normalize
 
     return normalize(images, mean, std)
@@ -107,7 +140,19 @@ def from_normalised(x: np.ndarray, convention: str, mean: Sequence[float], std: 
     return np.ascontiguousarray((np.clip(np.rint(p), 0, 255) if from_uint8 else p).astype(np.float32))
 
 
-def graph_feed(input_name: str, x: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """A normalised batch of decoded images as the input of the graph whose input is `input_name`: the graph
-    says its convention by its input's name, so the caller cannot feed it the wrong one."""
-    return from_normalised(x, graph_convention(input_name) or NORMALISED, mean, std, from_uint8=True)
+def graph_feed(input_name: str, x: np.ndarray, mean: Sequence[float], std: Sequence[float],
+               input_dtype: str | None = None) -> np.ndarray:
+    """A normalised batch of decoded images as the input of the graph whose input is `input_name` and of
+    `input_dtype` (numpy's name): the graph says its convention by its input's name and its type, so the caller
+    cannot feed it the wrong one. uint8 pixels are exact: the rounding gives back the decoded values."""
+    conv = graph_convention(input_name) or NORMALISED
+    x = from_normalised(x, conv, mean, std, from_uint8=True)
+    return x.astype(np.uint8) if conv == PIXELS and input_dtype == UINT8 else x
+
+
+def graph_input(proto: Any) -> tuple[str, str]:
+    """An ONNX graph's first input: its name and element type as numpy names it (float32, uint8, ...)."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    first = proto.graph.input[0]
+    return first.name, np.dtype(tensor_dtype_to_np_dtype(first.type.tensor_type.elem_type)).name

@@ -249,7 +249,7 @@ def predict_all(runner: Runner, images: np.ndarray, batch: int = 64, routes: boo
         x = images[i:i + step]
         n = len(x)
         if normalised is not None:
-            x = graph_feed(runner.input_name, x, *normalised)
+            x = graph_feed(runner.input_name, x, *normalised, runner.input_dtype)
         if fixed and n < fixed:
             x = np.concatenate([x, np.zeros((fixed - n, *x.shape[1:]), x.dtype)])
         out = runner.infer({runner.input_name: x})

@@ -269,7 +269,7 @@ def classifier_fields(record: dict, path: str | Path) -> None:
 def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     """The sidecar's input size, input convention and class count against the loaded model's own."""
     where = f"{Path(path).name}.json"
-    check_graph(record, runner.input_name if runner.input_names else None, path)
+    check_graph(record, runner.input_name if runner.input_names else None, path, runner.input_dtype)
     pre = ArtifactRecord.of(record).preprocess
     size = pre.size if pre else None
     shape = runner.input_shape
@@ -279,9 +279,9 @@ def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     if len(shape) != 4:
         raise SidecarError(f"{where}: the model's input has {len(shape)} dimensions, expected 4 (N, 3, H, W): not an "
                            "mlit-edge classifier")
-    if runner.input_dtype not in (None, "float32"):
-        raise SidecarError(f"{Path(path).name}: the model's input is {runner.input_dtype}, expected float32 (N, 3, H, W): not an "
-                           "mlit-edge classifier")
+    if runner.input_dtype not in (None, "float32", "uint8"):  # uint8: a pixels graph's (checked just above)
+        raise SidecarError(f"{Path(path).name}: the model's input is {runner.input_dtype}, expected float32 or uint8 "
+                           "(N, 3, H, W): not an mlit-edge classifier")
     if shape and isinstance(shape[0], int) and not 1 <= shape[0] <= MAX_STATIC_BATCH:
         raise SidecarError(f"{where}: the model's input has a fixed batch of {shape[0]}, expected 1 to "
                            f"{MAX_STATIC_BATCH} (each call is padded to it); rebuild it with a smaller --batch")

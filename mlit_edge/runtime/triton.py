@@ -238,7 +238,8 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     platform, file_name = PLATFORMS[artifact.suffix]
     inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact)
     check_tensors(inputs, outputs, artifact.name)
-    check_graph(record, inputs[0].name, artifact)  # a --raw-input graph's sidecar must say so, and no other's
+    # a --raw-input graph's sidecar must say so, and no other's; a uint8 graph's its dtype (Triton's TYPE_UINT8)
+    check_graph(record, inputs[0].name, artifact, "uint8" if inputs[0].dtype == "TYPE_UINT8" else "float32")
     is_onnx = artifact.suffix == ".onnx"
     data = external_data(artifact, file_name) if is_onnx else []
     notes = ort_notes(content, record) if is_onnx else ()
