@@ -186,8 +186,9 @@ def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
         rep.problems.append(f"opset {rep.opset}: {where} reads opset {table.min_opset} and newer")
     from ..runtime.uint8_io import uint8_input_allowed, uint8_inputs
 
-    if uint8_inputs(model) and not uint8_input_allowed(table.trt_version):
-        rep.problems.append(f"UINT8 input {uint8_inputs(model)}: {where} has no UINT8 network input (from 8.5); "
+    uint8 = uint8_inputs(model)
+    if uint8 and not uint8_input_allowed(table.trt_version):
+        rep.problems.append(f"UINT8 input {uint8}: {where} has no UINT8 network input (from 8.5); "
                             "export without --input-dtype uint8")
     for op in sorted(op for op in rep.ops if op != "Constant"):  # a Constant adds no layer (registerLayer)
         if not table.supported(op):

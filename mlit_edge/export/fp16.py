@@ -70,7 +70,8 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
 
     # a uint8 input's Cast stays uint8 -> float32 (the converter would retype its output and not its `to`); the
     # converter then casts its output to fp16 for the patch embedding, as it does a float32 graph input
-    keep |= {n.name for n in model.graph.node if n.op_type == "Cast" and set(n.input) & set(uint8_inputs(model))}
+    uint8 = set(uint8_inputs(model))
+    keep |= {n.name for n in model.graph.node if n.op_type == "Cast" and uint8 & set(n.input)}
     try:
         with quiet():
             converted = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=sorted(keep),

@@ -188,10 +188,11 @@ def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, s
                         shape) as route_run:
         for b in sizes:
             x = rng.standard_normal((b, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size), np.float32)
-            feed = x if convention == NORMALISED else from_normalised(x, convention, *normalisation)
             if input_dtype == UINT8:  # whole pixels, and the normalised image PyTorch sees made from them
                 feed = rng.integers(0, 256, x.shape, dtype=np.uint8)
                 x = normalize(feed.transpose(0, 2, 3, 1), *normalisation)
+            else:
+                feed = x if convention == NORMALISED else from_normalised(x, convention, *normalisation)
             got = ort_run.infer({INPUT_NAMES[convention]: feed})
             want_logits = ref_run.infer({INPUT: x})["logits"]
             worst = max(worst, float(np.abs(got["logits"] - want_logits).max()))

@@ -44,7 +44,6 @@ NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode
 ALWAYS = -1e9  # classifier-threshold below any logit (the parser still drops a top logit <= 0: module docstring)
 CONFIG, LABELS, APP = "config_infer_mlit.txt", "labels.txt", "deepstream_app_config.txt"
 SAMPLE_STREAM = "file:///opt/nvidia/deepstream/deepstream/samples/streams/sample_720p.mp4"  # in every install
-ENGINE_DTYPES = {"float": "float32", "half": "float16", "uint8": "uint8", "int8": "int8"}  # engine.io's -> numpy's
 STD_TOLERANCE = 1e-9  # [ours] relative: the channels' std must be one number for one net-scale-factor
 
 
@@ -124,7 +123,8 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     check_runtime(record, "tensorrt", artifact)  # an ONNX Runtime artifact's fused attention is no TensorRT graph
     io = ArtifactRecord.of(record).engine_io
     inputs = [t for t in (io or {}).get("inputs", []) if isinstance(t, dict)]
-    name, dtype = (inputs[0].get("name"), ENGINE_DTYPES.get(inputs[0].get("dtype"))) if inputs else _onnx_input(content)
+    # engine.io names types as TensorRT does ("float", "uint8"): uint8 is all check_graph compares
+    name, dtype = (inputs[0].get("name"), inputs[0].get("dtype")) if inputs else _onnx_input(content)
     check_graph(record, name, artifact, dtype)
     if dtype_of(record) == UINT8:
         ckpt = record.get("checkpoint") or "CKPT"

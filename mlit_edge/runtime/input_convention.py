@@ -77,9 +77,10 @@ def check_input_field(field: Any, bad: Callable[[str, Any, str], Exception]) -> 
         raise bad("input", field, f"an object whose convention is one of {', '.join(CONVENTIONS)}")
     if field.get("name") != INPUT_NAMES[field["convention"]]:
         raise bad("input.name", field.get("name"), f"{INPUT_NAMES[field['convention']]!r} for {field['convention']} input")
-    dtype = field.get("dtype", FLOAT32)
-    if dtype not in DTYPES or (dtype == UINT8 and field["convention"] != PIXELS):
-        raise bad("input.dtype", dtype, "float32, or uint8 for pixels input")
+    try:
+        check_dtype(field["convention"], field.get("dtype", FLOAT32))
+    except ValueError:
+        raise bad("input.dtype", field.get("dtype"), "float32, or uint8 for pixels input") from None
 
 
 def graph_convention(input_name: str | None) -> str | None:
@@ -150,9 +151,17 @@ def graph_feed(input_name: str, x: np.ndarray, mean: Sequence[float], std: Seque
     return x.astype(np.uint8) if conv == PIXELS and input_dtype == UINT8 else x
 
 
-def graph_input(proto: Any) -> tuple[str, str]:
-    """An ONNX graph's first input: its name and element type as numpy names it (float32, uint8, ...)."""
+def onnx_dtype_name(elem_type: int) -> str:
+    """An ONNX element type as numpy names it (float32, uint8, ...); a readable phrase for one numpy lacks."""
     from onnx.helper import tensor_dtype_to_np_dtype
 
+    try:
+        return str(tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):  # undefined (0) or unknown to this onnx
+        return f"ONNX element type {elem_type}"
+
+
+def graph_input(proto: Any) -> tuple[str, str]:
+    """An ONNX graph's first input: its name and element type as numpy names it (float32, uint8, ...)."""
     first = proto.graph.input[0]
-    return first.name, np.dtype(tensor_dtype_to_np_dtype(first.type.tensor_type.elem_type)).name
+    return first.name, onnx_dtype_name(first.type.tensor_type.elem_type)

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from .artifact import BATCH_PROFILE
 from .graph_scan import default_opset
-from .input_convention import check_graph, describe
+from .input_convention import check_graph, describe, onnx_dtype_name
 from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
 from .sidecar import atomic_path, read_sidecar
 from .triton_config import LABELS, MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
@@ -82,16 +82,9 @@ def plan_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
 def onnx_io(path: Path) -> tuple[list[Tensor], list[Tensor]]:
     """An ONNX's inputs and outputs, from the graph (read without its weights)."""
     import onnx
-    from onnx.helper import tensor_dtype_to_np_dtype
 
     graph = onnx.load(str(path), load_external_data=False).graph
     weights = {t.name for t in graph.initializer}
-
-    def dtype(elem_type: int) -> str:
-        try:
-            return str(tensor_dtype_to_np_dtype(elem_type))
-        except (KeyError, ValueError, TypeError):  # undefined (0) or unknown to this onnx
-            return f"ONNX element type {elem_type}"
 
     def tensors(values) -> list[Tensor]:
         out = []
@@ -100,7 +93,7 @@ def onnx_io(path: Path) -> tuple[list[Tensor], list[Tensor]]:
                 continue
             t = v.type.tensor_type
             dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
-            out.append(Tensor(v.name, _triton_type(v.name, dtype(t.elem_type), path), dims))
+            out.append(Tensor(v.name, _triton_type(v.name, onnx_dtype_name(t.elem_type), path), dims))
         return out
 
     return tensors(graph.input), tensors(graph.output)

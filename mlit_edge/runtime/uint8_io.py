@@ -48,18 +48,15 @@ def uint8_problems(model: Any) -> List[str]:
     """What in `model` breaks TensorRT's UINT8 rule: a UINT8 input read by anything but a Cast to float or half,
     and a UINT8 tensor that is neither a graph input nor a graph output. Empty for a graph without UINT8."""
     problems = []
-    inputs = set(uint8_inputs(model))
+    inputs, outputs = set(uint8_inputs(model)), {o.name for o in model.graph.output}
     for node in model.graph.node:
-        for x in set(node.input) & inputs:
-            to = next((a.i for a in node.attribute if a.name == "to"), None)
-            if node.op_type != "Cast" or to not in CAST_TO:
+        to = next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+        for x in sorted(set(node.input) & inputs):
+            if to not in CAST_TO:
                 what = f"Cast to element type {to}" if node.op_type == "Cast" else node.op_type
                 problems.append(f"UINT8 input {x!r} is read by {what} ({node.name or 'unnamed'}): TensorRT converts "
                                 "a UINT8 input only by a Cast to FLOAT or FLOAT16, before any other layer")
-    outputs = {o.name for o in model.graph.output}
-    for node in model.graph.node:
-        to = next((a.i for a in node.attribute if a.name == "to"), None)
-        if node.op_type == "Cast" and to == ONNX_UINT8 and node.output[0] not in outputs:
+        if to == ONNX_UINT8 and node.output[0] not in outputs:
             problems.append(f"Cast {node.name or 'unnamed'} makes the intermediate UINT8 tensor {node.output[0]!r}: "
                             "TensorRT takes UINT8 only as a network input or output")
     return problems

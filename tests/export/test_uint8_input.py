@@ -19,7 +19,8 @@ MNIST = ([0.1307] * 3, [0.3081] * 3)
 def pair(tmp_path_factory):
     """The tiny model's pixels graph, float32 and uint8, each in its own folder."""
     folder = tmp_path_factory.mktemp("u8")
-    (folder / "f32").mkdir(), (folder / "u8").mkdir()
+    for sub in ("f32", "u8"):
+        (folder / sub).mkdir()
     return (export_tiny(folder / "f32" / "mlit-tiny-fp32.onnx", convention=PIXELS, probe=True),
             export_tiny(folder / "u8" / "mlit-tiny-fp32.onnx", convention=PIXELS, probe=True, input_dtype=UINT8))
 
@@ -154,7 +155,8 @@ def test_fp16_and_int8_variants_take_uint8_and_tensorrt_rtx_builds_all_three(pai
 
     hwc, x, ds = _digits(100)
     chw = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
-    (tmp_path / "u8").mkdir(), (tmp_path / "f32").mkdir()
+    for sub in ("u8", "f32"):
+        (tmp_path / sub).mkdir()
     for precision in ("fp16", "int8"):
         u8 = variant_of(pair[1], precision, folder=tmp_path / "u8").path
         f32 = variant_of(pair[0], precision, folder=tmp_path / "f32").path
