@@ -188,7 +188,8 @@ def check_runner_cuda(iters: int) -> tuple[bool, str]:
         _ck(cudart.cudaMemcpyAsync(dev, src_h, nbytes, h2d, stream))
         _ck(cudart.cudaMemcpyAsync(dst_h, dev, nbytes, d2h, stream))
         graph = _ck(cudart.cudaStreamEndCapture(stream))
-        graph_exec = _ck(cudart.cudaGraphInstantiate(graph, 0))
+        # the one instantiation signature every pinned cuda-python shares (runtime/trt_runner.py says why)
+        graph_exec = _ck(cudart.cudaGraphInstantiateWithFlags(graph, 0))
         _ck(cudart.cudaGraphDestroy(graph))
         times = []
         for _ in range(iters):

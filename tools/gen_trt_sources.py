@@ -9,8 +9,9 @@ Nothing of theirs is copied: the script reads, per release branch,
     Supported Types and Restrictions columns (onnx_trt_ops.json);
   * TensorRT python/src/**/*.cpp (and python/src, python/include headers): the Python names the pybind11
     bindings define: classes (py::class_, py::bind_vector) with their .def*/.value members and C++ bases,
-    enums (py::enum_) with their .value members, module functions (m.def) and module attributes (m.attr)
-    (trt_python_api.json),
+    enums (py::enum_) with their .value members, module functions (m.def) and module attributes (m.attr),
+    and per method/constructor/function the argument names its annotations give ("x"_a, "x"_a = v,
+    py::arg("x"), py::arg("x") = v) and per property whether it is settable (trt_python_api.json),
 
 and records each branch's full commit sha. It fails (exit status 1, the reason printed) when a table parses
 into fewer than MIN_OPS operators, when a branch is missing, or when a binding name in a source is not
@@ -383,8 +384,42 @@ def string_literal(arg: str) -> str | None:
 
 MEMBER_DEFS = {"def", "def_static", "def_property", "def_property_readonly", "def_readwrite", "def_readonly",
                "def_property_static", "def_property_readonly_static", "def_readwrite_static", "def_readonly_static"}
+# the member kinds that bind a property, and whether Python may set it ("rw") or only read it ("ro"); a
+# def_property whose getter is nullptr is write-only ("wo": reading it raises AttributeError), one whose
+# setter is nullptr read-only
+PROPERTY_DEFS = {"def_property": "rw", "def_readwrite": "rw", "def_property_static": "rw", "def_readwrite_static": "rw",
+                 "def_property_readonly": "ro", "def_readonly": "ro", "def_property_readonly_static": "ro",
+                 "def_readonly_static": "ro"}
 # .def(py::self OP ...) binds a dunder; only these appear in (or are plausible for) these sources
 SELF_OPS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "+": "__add__", "-": "__sub__", "*": "__mul__"}
+
+
+# pybind11 argument annotations: "x"_a [= v], py::arg("x")[.noconvert()/.none(b)] [= v], py::arg_v("x", v[, doc])
+ARG_A = re.compile(r'"(\w+)"\s*_a(?:\s*\.\s*\w+\s*\([^()]*\))*(\s*=\s*\S.*)?', re.S)
+ARG_PY = re.compile(r'py::arg\s*\(\s*"(\w+)"\s*\)(?:\s*\.\s*\w+\s*\([^()]*\))*(\s*=\s*\S.*)?', re.S)
+ARG_V = re.compile(r'py::arg_v\s*\(\s*"(\w+)"\s*,.*\)', re.S)
+ARG_LIKE = re.compile(r'\s*(?:"\w*"\s*_a\b|py::arg(?:_v)?\b)')
+
+
+def arg_list(extras: list[str], where: str = "") -> list[dict] | None:
+    """The Python arguments a .def / py::init / m.def names, in order, from the annotations among its extra
+    arguments: [{"name": "x", "default": bool}], or None when it names none (pybind11 then calls them arg0,
+    arg1, ... and the arity is not read here). An annotation this does not recognise stops the script."""
+    out = []
+    for arg in extras:
+        arg = arg.strip()
+        if not ARG_LIKE.match(arg):
+            continue
+        m = ARG_A.fullmatch(arg) or ARG_PY.fullmatch(arg)
+        if m:
+            out.append({"name": m.group(1), "default": m.group(2) is not None})
+            continue
+        m = ARG_V.fullmatch(arg)
+        if m:
+            out.append({"name": m.group(1), "default": True})
+            continue
+        raise SourceError(f"{where}: unrecognised argument annotation {arg[:80]!r}")
+    return out or None
 
 
 def parse_chain(text: str, i: int) -> tuple[list[tuple[str, list[str]]], int]:
@@ -406,12 +441,14 @@ BIND_START = re.compile(r"py::(class_|enum_|bind_vector|bind_map|register_except
 def parse_bindings(text: str, where: str = "") -> dict:
     """Bindings in one preprocessed, comment-free translation unit.
 
-    Returns {"classes": {py_name: {"cpp", "template", "members"}}, "enums": {py_name: {"cpp", "members",
-    "export_values"}}, "functions": [...], "attributes": [...], "vars": {var: py_name}}. Nested scopes
-    (py::enum_<X>(someBinding, "Name")) are named "Outer.Name"."""
+    Returns {"classes": {py_name: {"cpp", "template", "members", "signatures", "properties"}}, "enums": {py_name:
+    {"cpp", "members", "export_values"}}, "functions": [...], "function_signatures": {name: [overload, ...]},
+    "attributes": [...], "vars": {var: py_name}}. Nested scopes (py::enum_<X>(someBinding, "Name")) are named
+    "Outer.Name"; an overload is arg_list's answer for one .def of that name."""
     classes: dict[str, dict] = {}
     enums: dict[str, dict] = {}
     functions: set[str] = set()
+    function_signatures: dict[str, list] = {}
     attributes: set[str] = set()
     var_of: dict[str, str] = {}  # C++ variable holding a class binding -> its Python name
 
@@ -434,17 +471,20 @@ def parse_bindings(text: str, where: str = "") -> dict:
                 elif name == "export_values":
                     target["export_values"] = True
                 elif name in MEMBER_DEFS:  # enums can carry methods too
-                    _add_member(target, args, where)
+                    _add_member(target, args, where, name)
             elif name in MEMBER_DEFS:
-                _add_member(target, args, where)
+                _add_member(target, args, where, name)
 
     pos = 0
     while True:
         m = BIND_START.search(text, pos)
         # the module-level m.def / m.attr between here and the next binding
         seg_end = m.start() if m else len(text)
-        for f in re.finditer(r"\bm\s*\.\s*def\s*\(\s*\"([^\"]+)\"", text[pos:seg_end]):
-            functions.add(f.group(1))
+        for f in re.finditer(r"\bm\s*\.\s*def\s*(\()\s*\"([^\"]+)\"", text[pos:seg_end]):
+            functions.add(f.group(2))
+            open_at = pos + f.start(1)
+            fargs = split_args(text[open_at + 1:skip_balanced(text, open_at) - 1])
+            function_signatures.setdefault(f.group(2), []).append(arg_list(fargs[1:], where))
         for a in re.finditer(r"\bm\s*\.\s*attr\s*\(\s*\"([^\"]+)\"\s*\)\s*=(?!=)", text[pos:seg_end]):
             attributes.add(a.group(1))
         for v in re.finditer(r"\b(\w+)\s*\.\s*def\w*\s*\(", text[pos:seg_end]):
@@ -483,28 +523,55 @@ def parse_bindings(text: str, where: str = "") -> dict:
         if back:
             var_of[back.group(1)] = py_name
         pos = after
-    return {"classes": classes, "enums": enums, "functions": functions, "attributes": attributes, "vars": var_of}
+    return {"classes": classes, "enums": enums, "functions": functions, "function_signatures": function_signatures,
+            "attributes": attributes, "vars": var_of}
 
 
-def _add_member(target: dict, args: list[str], where: str) -> None:
+def _add_member(target: dict, args: list[str], where: str, kind: str = "def") -> None:
+    """One .def* call's member into `target`: its name into "members", and for a property (PROPERTY_DEFS)
+    its access into "properties", for anything else (.def, .def_static, py::init) one more overload (arg_list)
+    into "signatures"."""
     if not args:
         raise SourceError(f"{where}: .def() without arguments")
     first = args[0].strip()
     lit = string_literal(first)
-    if lit is not None:
+    signatures = target.setdefault("signatures", {})
+    if kind in PROPERTY_DEFS:
+        if lit is None:
+            raise SourceError(f"{where}: .{kind}() whose name is not a literal: {first[:80]!r}")
+        access = PROPERTY_DEFS[kind]
+        if kind in ("def_property", "def_property_static") and len(args) > 2:
+            if args[1].strip() == "nullptr":
+                access = "wo"
+            elif args[2].strip() == "nullptr":
+                access = "ro"
         target["members"].add(lit)
+        target.setdefault("properties", {})[lit] = access
+        note = deprecation(args[1:])
+        if note is not None:
+            target.setdefault("deprecated", {})[lit] = note
+    elif lit is not None:
+        target["members"].add(lit)
+        signatures.setdefault(lit, []).append(arg_list(args[1:], where))
         note = deprecation(args[1:])
         if note is not None:
             target.setdefault("deprecated", {})[lit] = note
     elif first.startswith("py::init"):
         target["members"].add("__init__")
+        sig = arg_list(args[1:], where)
+        if sig is None and re.fullmatch(r"py::init(?:_alias)?\s*<\s*>\s*\(\s*\)", first):
+            sig = []  # py::init<>(): a constructor of no arguments, known without names
+        signatures.setdefault("__init__", []).append(sig)
     elif first.startswith("py::self"):
         op = re.match(r"py::self\s*(==|!=|<|\+|-|\*)", first)
         if not op:
             raise SourceError(f"{where}: unrecognised operator binding {first!r}")
         target["members"].add(SELF_OPS[op.group(1)])
+        signatures.setdefault(SELF_OPS[op.group(1)], []).append(None)
     elif first.startswith("py::pickle"):
         target["members"].update({"__getstate__", "__setstate__"})
+        signatures.setdefault("__getstate__", []).append(None)
+        signatures.setdefault("__setstate__", []).append(None)
     else:
         raise SourceError(f"{where}: .def() whose name is not a literal: {first[:80]!r}")
 
@@ -532,18 +599,25 @@ def merge_units(units: list[dict]) -> dict:
     classes: dict[str, dict] = {}
     enums: dict[str, dict] = {}
     functions, attributes = set(), set()
+    function_signatures: dict[str, list] = {}
     for u in units:
         for k, v in u["classes"].items():
             c = classes.setdefault(k, {"cpp": v["cpp"], "template": v["template"], "members": set()})
             c["members"] |= v["members"]
             c.setdefault("deprecated", {}).update(v.get("deprecated", {}))
+            for name, overloads in v.get("signatures", {}).items():
+                c.setdefault("signatures", {}).setdefault(name, []).extend(overloads)
+            c.setdefault("properties", {}).update(v.get("properties", {}))
         for k, v in u["enums"].items():
             e = enums.setdefault(k, {"cpp": v["cpp"], "members": set(), "export_values": False})
             e["members"] |= v["members"]
             e["export_values"] = e["export_values"] or v["export_values"]
         functions |= u["functions"]
+        for name, overloads in u.get("function_signatures", {}).items():
+            function_signatures.setdefault(name, []).extend(overloads)
         attributes |= u["attributes"]
-    return {"classes": classes, "enums": enums, "functions": functions, "attributes": attributes}
+    return {"classes": classes, "enums": enums, "functions": functions, "function_signatures": function_signatures,
+            "attributes": attributes}
 
 
 def _cpp_key(t: str) -> str:
@@ -551,8 +625,11 @@ def _cpp_key(t: str) -> str:
 
 
 def finish_api(merged: dict) -> dict:
-    """JSON-ready: classes -> {"bases": [python names], "members": sorted}, enums -> sorted members; an
-    enum bound with .export_values() also puts its members on its scope (ILogger.WARNING, trt.ILogger.ERROR)."""
+    """JSON-ready: classes -> {"bases": [python names], "members": sorted, "signatures": {method: [overload,
+    ...]}, "properties": {name: "rw"/"ro"/"wo"}}, enums -> sorted members, "function_signatures" likewise for
+    the module's functions; an enum bound with .export_values() also puts its members on its scope
+    (ILogger.WARNING, trt.ILogger.ERROR). An overload is a list of {"name", "default"} in call order, or None
+    where the binding names no arguments; overloads keep their source order."""
     cpp_to_py = {}
     for py_name, c in merged["classes"].items():
         cpp_to_py.setdefault(_cpp_key(c["cpp"]), py_name)
@@ -560,7 +637,9 @@ def finish_api(merged: dict) -> dict:
     for py_name, c in merged["classes"].items():
         bases = [cpp_to_py[_cpp_key(t)] for t in c["template"][1:] if _cpp_key(t) in cpp_to_py]
         classes[py_name] = {"bases": [b for b in bases if b != py_name], "members": set(c["members"]),
-                            "deprecated": dict(sorted(c.get("deprecated", {}).items()))}
+                            "deprecated": dict(sorted(c.get("deprecated", {}).items())),
+                            "signatures": dict(sorted(c.get("signatures", {}).items())),
+                            "properties": dict(sorted(c.get("properties", {}).items()))}
     attributes = set(merged["attributes"])
     for py_name, e in merged["enums"].items():
         if e["export_values"]:
@@ -573,11 +652,15 @@ def finish_api(merged: dict) -> dict:
         e = {"bases": v["bases"], "members": sorted(v["members"])}
         if v["deprecated"]:
             e["deprecated"] = v["deprecated"]  # member -> the DeprecationWarning text the binding issues
+        e["signatures"] = v["signatures"]  # method (constructor: "__init__") -> its overloads' argument lists
+        e["properties"] = v["properties"]  # property -> "rw" / "ro" / "wo"
         return e
 
     return {"classes": {k: entry(v) for k, v in sorted(classes.items())},
             "enums": {k: sorted(v["members"]) for k, v in sorted(merged["enums"].items())},
-            "functions": sorted(merged["functions"]), "attributes": sorted(attributes)}
+            "functions": sorted(merged["functions"]),
+            "function_signatures": dict(sorted(merged.get("function_signatures", {}).items())),
+            "attributes": sorted(attributes)}
 
 
 def check_coverage(texts: dict[str, str], api: dict) -> None:

@@ -28,16 +28,21 @@ class Variant:
     dla_core: int | None = None
 
 
-def variants(export_params: set[str], dla_cores: int) -> tuple[list[Variant], list[str]]:
+def variants(export_params: set[str], dla_cores: int, head: int) -> tuple[list[Variant], list[str]]:
     """The engines to build, and one line for each comparison that cannot be made here (an export option
-    this branch lacks, or no DLA core)."""
+    this branch lacks, a head size that needs no padding, or no DLA core). `head`: the model's head size."""
+    from ..runtime.mha_rules import fusable_head
+
     out = [Variant("last layer", "every token", {"prune_last": False}),
            Variant("last layer", "dummy token alone", {"prune_last": True})]
     skipped = []
-    if "pad_heads" in export_params:
-        out += [Variant("heads", "unpadded", {"pad_heads": False}), Variant("heads", "padded", {"pad_heads": True})]
+    pad = fusable_head(head)
+    if "pad_to" not in export_params:
+        skipped.append("heads: skipped, export_onnx has no pad_to option in this build")
+    elif pad == head:
+        skipped.append(f"heads: skipped, head size {head} takes the fused kernel unpadded")
     else:
-        skipped.append("heads: skipped, export_onnx has no pad_heads option in this build")
+        out += [Variant("heads", f"unpadded ({head})", {}), Variant("heads", f"padded to {pad}", {"pad_to": pad})]
     if dla_cores > 0:
         out += [Variant("device", "GPU", {}), Variant("device", "DLA core 0 (GPU fallback)", {}, dla_core=0)]
     else:
@@ -46,7 +51,7 @@ def variants(export_params: set[str], dla_cores: int) -> tuple[list[Variant], li
 
 
 def export_parameters() -> set[str]:
-    """The keyword options `export_onnx` takes in this build (pad_heads comes with the head-padding change)."""
+    """The keyword options `export_onnx` takes in this build (pad_to: each head zero-padded to a size)."""
     from ..export.onnx_export import export_onnx
 
     return set(inspect.signature(export_onnx).parameters)
@@ -91,29 +96,34 @@ def compare_engines(trt, out: Path, iters: int, size: str = "xxs",
     from ..export.source import load_for_export
     from ..export.variants import variant_of
     from ..runtime.schema import ArtifactRecord
-    from ..runtime.trt_env import local_env
+    from ..runtime.profiles import installed_profile
+    from ..runtime.trt_env import deserialize, local_env
     from ..runtime.trt_runner import TensorRTRunner
 
     import numpy as np
 
     timer = timer or time_runner
+    device = installed_profile(trt.__version__)  # built as `mlit-edge build` builds for this TensorRT
     builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
-    todo, skipped = variants(export_parameters(), int(builder.num_DLA_cores))
     model, info = load_for_export(None, size, 10, random_weights=True)
+    todo, skipped = variants(export_parameters(), int(builder.num_DLA_cores), model.cfg.head_dim)
     rows = []
     for i, v in enumerate(todo):
         batch = 1 if v.pair == "device" else None  # the DLA takes static shapes; its GPU twin the same
         fp32 = out / f"v{i}.onnx"
-        export_onnx(model, fp32, info, batch=batch, **v.export)
+        export_onnx(model, fp32, info, batch=batch, device=device, **v.export)
         fp16 = variant_of(fp32, "fp16")
-        result = build_serialized(fp16.path, trt, BuildOptions(dla_core=v.dla_core, precision="fp16"))
+        record = ArtifactRecord.of(fp16.record)
+        opts = BuildOptions(dla_core=v.dla_core, precision="fp16", strongly_typed=device.strongly_typed,
+                            fp32_layers=record.fp32_layers, detailed=True)
+        result = build_serialized(fp16.path, trt, opts)
         if not result["ok"]:
             raise RuntimeError(f"{v.pair}/{v.name}: {result['stage']} failed: " + " | ".join(result["errors"]))
         plan = out / f"v{i}.plan"
-        write_plan(result["engine"], plan, engine_record(fp16.path, ArtifactRecord.of(fp16.record), None, result,
-                                                         local_env("tensorrt"), "tensorrt"))
-        runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
-        engine = runtime.deserialize_cuda_engine(result["engine"])
+        fields = write_plan(result["engine"], plan, engine_record(fp16.path, record, None, result,
+                                                                  local_env("tensorrt"), "tensorrt",
+                                                                  profile=device.record()))
+        engine = deserialize(result["engine"], fields, plan)  # sets the DLA core a DLA plan was built for
         summary = layer_summary(engine.create_engine_inspector().get_engine_information(
             trt.LayerInformationFormat.JSON))
         p50 = {}

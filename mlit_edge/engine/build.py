@@ -84,6 +84,8 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
                   else _engine(req, plan, source.model, final.path, final.record, trt))
         fields = engine_record(final.path, final.record, final.sha256, result, local_env(plan.target), plan.target,
                                plan.frontend, plan.device.record() if plan.device else None)
+        if plan.batch:  # built static from any ONNX (--onnx with a dynamic batch too): the plan has one batch
+            fields["batch"] = plan.batch
         if dla_int8:  # the engine is INT8 though its source ONNX is the fp32 graph
             fields.update(precision="int8", calibration_sha256=result["flags"]["calibration"]["manifest_sha256"])
         record = write_plan(result["engine"], plan.engine, fields)
@@ -98,6 +100,12 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
                            final.calibration_reused)
 
 
+def batch_profile(req: BuildRequest, plan: BuildPlan) -> tuple[int, int, int]:
+    """The optimisation profile (MIN, OPT, MAX batch) a dynamic-batch graph is built with: `--batch N` makes it
+    static, N, N, N (what the DLA needs, and what the build says it does); else `--dynamic-batch` or 1/8/64."""
+    return (plan.batch,) * 3 if plan.batch else req.profile
+
+
 def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, final_record: ArtifactRecord, trt) -> dict:
     """The serialized engine of `final`, through TensorRT's ONNX parser or torch-tensorrt."""
     strongly = plan.strongly_typed
@@ -107,7 +115,7 @@ def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, final_record
     elif plan.target == "tensorrt-rtx" and plan.device is not None and not plan.device.strongly_typed:
         logger.info(f"note: TensorRT-RTX builds strongly typed only: this plan shows that the {plan.device.name} graph "
                     f"parses and builds; the Jetson builds its own, weakly typed (mlit-edge build --onnx on it)")
-    opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core, strongly,
+    opts = BuildOptions(batch_profile(req, plan), req.workspace, req.timing_cache, req.dla_core, strongly,
                         req.precision, final_record.fp32_layers)
     if plan.frontend == "torch-tensorrt":
         from ..export.static import to_deploy
@@ -144,7 +152,7 @@ def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_reco
     cache = cache_path(plan.engine, calib.manifest["sha256"], sha256 or "")
     calibrator = make_calibrator(trt, calib.for_graph(INPUT_NAMES[convention_of(final_record)],
                                                       dtype_of(final_record)), plan.batch, cache)
-    opts = BuildOptions(req.profile, req.workspace, req.timing_cache, req.dla_core, False, "int8",
+    opts = BuildOptions(batch_profile(req, plan), req.workspace, req.timing_cache, req.dla_core, False, "int8",
                         final_record.fp32_layers, calibrator)
     logger.info(f"[build] {trt.__name__} {trt.__version__}: calibrated INT8 (IInt8EntropyCalibrator2, "
                 f"{calib.manifest['images']} manifest images) from {final.name} for DLA core {req.dla_core}")

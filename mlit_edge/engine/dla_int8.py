@@ -69,13 +69,15 @@ def cache_path(plan: str | Path, manifest_sha256: str, onnx_sha256: str) -> Path
 
 
 def calibration_batches(images: np.ndarray, batch: int) -> List[np.ndarray]:
-    """The images in manifest order, in whole static batches (the engine's input shape); a remainder that
-    does not fill a batch is left out, since TensorRT copies exactly batch x C x H x W per call."""
+    """The images in manifest order, in whole static batches (the engine's input shape) and in the graph
+    input's own type (`CalibrationSet.for_graph`: float32, or uint8 for a `--input-dtype uint8` graph); a
+    remainder that does not fill a batch is left out, since TensorRT reads exactly batch x C x H x W elements
+    of the binding's type per call (IInt8Calibrator::getBatch, NvInfer.h)."""
     whole = len(images) - len(images) % batch
     if whole == 0:
         raise ValueError(f"{len(images)} calibration images do not fill one batch of {batch}: "
                          "raise --calib-n or lower --batch")
-    return [np.ascontiguousarray(images[i:i + batch], dtype=np.float32) for i in range(0, whole, batch)]
+    return [np.ascontiguousarray(images[i:i + batch]) for i in range(0, whole, batch)]
 
 
 def make_calibrator(module: ModuleType, images: np.ndarray, batch: int, cache: Path,

@@ -36,6 +36,9 @@ class BuildOptions:
     precision: str = "fp32"  # what the ONNX carries: a weakly typed build sets the builder flags for it
     fp32_layers: tuple[str, ...] = ()  # ONNX nodes a weakly typed build pins to fp32 (the sidecar's fp32_layers)
     calibrator: Any = None  # an IInt8EntropyCalibrator2 (engine/dla_int8.py): implicit INT8 from the fp32 ONNX
+    # ProfilingVerbosity.DETAILED: the engine keeps each layer's type, precision and tactic for IEngineInspector
+    # (what engine_compare reads fusion from); with the default, get_engine_information lists layer names only
+    detailed: bool = True
 
 
 def network_flags(module: ModuleType, strongly_typed: bool) -> int:
@@ -63,6 +66,16 @@ def _pinned(name: str, fp32_layers: frozenset[str]) -> bool:
     return name in fp32_layers or (suffix.isdigit() and base in fp32_layers)
 
 
+def _unnamed_tail(layer: trt.ILayer, pinned_outputs: set[str]) -> bool:
+    """A layer the parser left with TensorRT's default name that reads a pinned layer's output: 8.5-GA's Gemm
+    importer adds the bias in such a layer (builtin_op_importers.cpp, DEFINE_BUILTIN_OP_IMPORTER(Gemm): the
+    ElementWise sum is never registered under the node's name), so the head's bias would escape the pin."""
+    if not layer.name.startswith("(Unnamed Layer"):
+        return False
+    return any(layer.get_input(j) is not None and layer.get_input(j).name in pinned_outputs
+               for j in range(layer.num_inputs))
+
+
 def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: tuple[str, ...]) -> list[str]:
     """Keep LayerNorm, softmax, the router and the head in fp32 in a weakly typed network (with
     OBEY_PRECISION_CONSTRAINTS set on the config): TensorRT 8.x may otherwise run them in half precision, the
@@ -75,10 +88,12 @@ def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: t
     kinds = {trt.LayerType.SOFTMAX}
     if hasattr(trt.LayerType, "NORMALIZATION"):  # INormalizationLayer came with 8.6; 8.5 has no such layer
         kinds.add(trt.LayerType.NORMALIZATION)
+    pinned_outputs: set[str] = set()
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if not (_pinned(layer.name, names) or layer.type in kinds):
+        if not (_pinned(layer.name, names) or layer.type in kinds or _unnamed_tail(layer, pinned_outputs)):
             continue
+        pinned_outputs.update(layer.get_output(j).name for j in range(layer.num_outputs))
         layer.precision = trt.DataType.FLOAT
         for j in range(layer.num_outputs):
             if layer.get_output(j).dtype in floats:  # TopK's indices stay integers
@@ -105,6 +120,14 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(opts.workspace_gib * (1 << 30)))
     settings: dict = {"strongly_typed": opts.strongly_typed, "workspace_gib": opts.workspace_gib}
+    if hasattr(trt.BuilderFlag, "TF32"):
+        # TF32 is on by default (NvInfer.h BuilderFlag::kTF32, release/8.5-10.13): an "fp32" layer (a weakly
+        # typed build's pins, a strongly typed fp32 graph) would multiply in TF32 on Ampere and Orin
+        config.clear_flag(trt.BuilderFlag.TF32)
+        settings["tf32"] = False
+    if opts.detailed:
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+        settings["profiling_verbosity"] = "detailed"
     pinned: list[str] = []
     if not opts.strongly_typed:  # TensorRT 8.x: the builder flags carry the precision the ONNX holds
         settings.update(explicit_batch=True, fp16=opts.precision in ("fp16", "int8"), int8=opts.precision == "int8")
@@ -127,6 +150,12 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         profile.set_shape(inp.name, trt.Dims([lo, *rest]), trt.Dims([opt, *rest]), trt.Dims([hi, *rest]))
         config.add_optimization_profile(profile)
         settings["profile"] = {"input": inp.name, "min": lo, "opt": opt, "max": hi}
+        if opts.calibrator is not None:
+            # IBuilderConfig::setCalibrationProfile (NvInfer.h, release/8.5-10.13): "must be set if int8
+            # calibration is used to set scales for a network with runtime dimensions"; the calibrator's batches
+            # have the profile's OPT shape, which a DLA build makes its one static batch
+            config.set_calibration_profile(profile)
+            settings["calibration_profile"] = {"input": inp.name, "batch": opt}
     else:
         settings["profile"] = {"input": inp.name, "static": int(inp.shape[0])}
     cache, cache_path = None, Path(opts.timing_cache) if opts.timing_cache else None

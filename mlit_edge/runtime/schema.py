@@ -75,6 +75,8 @@ class ArtifactRecord(Mapping):
     builder_module: str | None = None  # a plan's engine.builder: the TensorRT module and version that built it
     builder_version: str | None = None
     device: Mapping[str, Any] = field(default_factory=dict)  # a plan's engine.device (runtime.trt_env.DeviceEnv)
+    dla_core: int | None = None  # a plan's engine.dla_core: the DLA core it was built for; None: the GPU
+    min_batch: int | None = None  # engine.flags.profile.min: equal to max_batch for a static --batch N build
 
     @classmethod
     def of(cls, record: "Mapping[str, Any] | ArtifactRecord") -> "ArtifactRecord":
@@ -101,7 +103,7 @@ class ArtifactRecord(Mapping):
                    engine.get("io") if isinstance(engine.get("io"), Mapping) else None,
                    _obj(record.get("calibration")).get("manifest_sha256"), _obj(record.get("profile")).get("name"),
                    tuple(record.get("fp32_layers") or ()), builder.get("module"), builder.get("version"),
-                   _obj(engine.get("device")))
+                   _obj(engine.get("device")), engine.get("dla_core"), profile.get("min"))
 
     @property
     def dataset(self) -> str | None:

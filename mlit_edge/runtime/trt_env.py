@@ -215,7 +215,14 @@ def deserialize(content: bytes, record: dict, plan: str | Path) -> trt.ICudaEngi
         import tensorrt as api
     else:  # at run time, the module the plan was built with (tensorrt or tensorrt_rtx)
         api = import_trt(record.get("target", "tensorrt"))
-    engine = api.Runtime(api.Logger(api.Logger.ERROR)).deserialize_cuda_engine(content)
+    runtime = api.Runtime(api.Logger(api.Logger.ERROR))
+    dla_core = ArtifactRecord.of(record).dla_core
+    if dla_core is not None:
+        # IRuntime::setDLACore (NvInferRuntime.h, release/8.5-10.13): the DLA core the engine executes on,
+        # -1 by default, set before deserializeCudaEngine, as trtexec does with --useDLACore; without it two
+        # plans built for two cores share one
+        runtime.DLA_core = int(dla_core)
+    engine = runtime.deserialize_cuda_engine(content)
     if engine is None:
         raise EngineError(f"TensorRT could not deserialize {plan}; {rebuild_hint(record)}")
     return engine

@@ -6,16 +6,20 @@ GPU, so it stays thin: everything it can share (verification, sidecars, batching
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from .runners import Runner
+from .schema import ArtifactRecord
 from .trt_env import deserialize, import_trt, load_engine
 
 if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
     import tensorrt as trt
+
+logger = logging.getLogger(__name__)
 
 
 def _ck(result):
@@ -35,6 +39,20 @@ def _cudart():
         except ImportError:
             raise RuntimeError("the TensorRT runner needs cuda-python (pip install 'cuda-python>=12.2,<13')") from None
     return cudart
+
+
+# TensorRT's DataType names -> numpy. Not `tensorrt.nptype`: TensorRT 8.5's names `np.bool`, which numpy 1.24
+# removed (release/8.5 python/packaging/tensorrt/__init__.py), so it works only under JetPack 5's numpy pin
+NUMPY_TYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
+               "UINT8": np.uint8, "BOOL": np.bool_}
+
+
+def numpy_dtype(trt_type) -> np.dtype:
+    """The numpy dtype of a TensorRT `DataType` member (str() is "DataType.HALF")."""
+    name = str(trt_type).rsplit(".", 1)[-1]
+    if name not in NUMPY_TYPES:
+        raise RuntimeError(f"the engine has a tensor of type {name}, which the runner does not bind")
+    return np.dtype(NUMPY_TYPES[name])
 
 
 class TensorRTRunner(Runner):
@@ -82,12 +100,15 @@ class TensorRTRunner(Runner):
         self.input_names = [n for n in names if engine.get_tensor_mode(n) == mode]
         self.output_names = [n for n in names if engine.get_tensor_mode(n) != mode]
         self.route_names = [n for n in self.output_names if n != "logits"]
-        self._dtypes = {n: np.dtype(api.nptype(engine.get_tensor_dtype(n))) for n in names}
+        self._dtypes = {n: numpy_dtype(engine.get_tensor_dtype(n)) for n in names}
         self.output_shapes = {n: tuple(None if d < 0 else int(d) for d in engine.get_tensor_shape(n)[:])
                               for n in self.output_names}
         shape = engine.get_tensor_shape(self.input_names[0])[:]
         self.input_shape = tuple(None if d < 0 else int(d) for d in shape)
         self.static_batch = self.input_shape[0]
+        rec = ArtifactRecord.of(self.record)
+        if self.static_batch is None and rec.max_batch is not None and rec.min_batch == rec.max_batch:
+            self.static_batch = int(rec.max_batch)  # a dynamic-batch graph built static (--batch N): one size
         self.input_dtype = self._dtypes[self.input_names[0]].name
         # activation memory the engine asks for (weights are in the plan size); TensorRT 10 renamed it
         size = engine.device_memory_size_v2 if hasattr(engine, "device_memory_size_v2") \
@@ -128,13 +149,34 @@ class TensorRTRunner(Runner):
             self._bufs[name] = (dptr, hptr, host)
         self._batch = batch
         if self.cuda_graph:
-            context.execute_async_v3(int(self.stream))  # one plain run first: TensorRT may allocate lazily
-            _ck(cudart.cudaStreamSynchronize(self.stream))
-            _ck(cudart.cudaStreamBeginCapture(self.stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
-            context.execute_async_v3(int(self.stream))
-            graph = _ck(cudart.cudaStreamEndCapture(self.stream))
-            self._graph = _ck(cudart.cudaGraphInstantiate(graph, 0))
-            _ck(cudart.cudaGraphDestroy(graph))
+            self._graph = self._capture()
+
+    def _capture(self):
+        """The bound batch as an instantiated CUDA graph, or None (with one notice line) when the engine's
+        enqueue cannot be captured, as trtexec does (NVIDIA/TensorRT release/8.5 and release/10.3
+        samples/common/sampleInference.cpp: a failed capture falls back to plain enqueue). A DLA engine is the
+        known case (NVIDIA/TensorRT#3524, Orin, 8.5.2.2)."""
+        cudart = self.cudart
+        context = self._live()[1]
+        if not context.execute_async_v3(int(self.stream)):  # one plain run first: TensorRT may allocate lazily
+            raise RuntimeError("TensorRT execute_async_v3 failed")
+        _ck(cudart.cudaStreamSynchronize(self.stream))
+        _ck(cudart.cudaStreamBeginCapture(self.stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        enqueued = context.execute_async_v3(int(self.stream))
+        err, graph = cudart.cudaStreamEndCapture(self.stream)  # always ends the capture, whatever happened in it
+        if not enqueued or int(err) != 0 or graph is None:
+            cudart.cudaGetLastError()  # clear the capture's error so the plain enqueue starts clean
+            logger.warning(f"notice: {self.plan.name}: this engine's enqueue cannot be captured as a CUDA graph "
+                           f"({'the enqueue failed' if not enqueued else err}); running it without one")
+            self.settings["cuda_graph"] = False
+            self.cuda_graph = False
+            return None
+        # cudaGraphInstantiateWithFlags(graph, flags) has this one signature in every cuda-python a JetPack pins
+        # (11.8.2, 12.2.1, 12.6.2, 13.0.3; tests/standins/data/cuda_python.json), whereas cudaGraphInstantiate
+        # is (graph, pLogBuffer, bufferSize) in 11.8.2 and (graph, flags) from 12.0
+        instance = _ck(cudart.cudaGraphInstantiateWithFlags(graph, 0))
+        _ck(cudart.cudaGraphDestroy(graph))
+        return instance
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cudart = self.cudart

@@ -1,19 +1,22 @@
-"""bench/engine_compare.py without a GPU: which engine pairs are built (a missing pad_heads option or DLA is
+"""bench/engine_compare.py without a GPU: which engine pairs are built (a missing pad_to option or DLA is
 a skipped line, not a guess), what the inspector's JSON says of fused attention, and the one table."""
 import json
 
 from mlit_edge.bench.engine_compare import export_parameters, format_table, layer_summary, variants
 
 
-def test_pairs_follow_the_export_options_and_the_dla_cores():
-    todo, skipped = variants({"prune_last"}, 0)
+def test_pairs_follow_the_export_options_the_head_size_and_the_dla_cores():
+    todo, skipped = variants({"prune_last"}, 0, 18)
     assert [(v.pair, v.export) for v in todo] == [("last layer", {"prune_last": False}),
                                                   ("last layer", {"prune_last": True})]
-    assert len(skipped) == 2 and "no pad_heads option" in skipped[0] and "no DLA core" in skipped[1]
-    todo, skipped = variants({"prune_last", "pad_heads"}, 2)
+    assert len(skipped) == 2 and "no pad_to option" in skipped[0] and "no DLA core" in skipped[1]
+    todo, skipped = variants({"prune_last", "pad_to"}, 2, 18)
     assert not skipped and [v.dla_core for v in todo if v.pair == "device"] == [None, 0]
-    assert {v.export.get("pad_heads") for v in todo if v.pair == "heads"} == {False, True}
-    assert "prune_last" in export_parameters()  # this build's export_onnx takes the option the pair needs
+    assert [v.export for v in todo if v.pair == "heads"] == [{}, {"pad_to": 24}]
+    todo, skipped = variants({"prune_last", "pad_to"}, 2, 32)
+    assert "head size 32 takes the fused kernel unpadded" in skipped[0]
+    # this build's export_onnx takes the options the pairs pass (it once looked for a pad_heads it never had)
+    assert {"prune_last", "pad_to"} <= export_parameters()
 
 
 def test_fused_attention_is_read_from_the_inspector_layers():

@@ -160,6 +160,7 @@ def test_build_serialized_makes_a_weakly_typed_calibrated_dla_engine_with_the_pi
     result = build_serialized(tmp_path / "m.onnx", trt, BuildOptions(
         dla_core=1, strongly_typed=False, precision="int8", fp32_layers=("node_Gemm_3",), calibrator=cal))
     assert result["ok"] and trt.created_with == 1 << trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH
+    assert result["flags"]["calibration_profile"] == {"input": "images", "batch": 8}  # dynamic input: set
     assert set(trt.set_flags) == {trt.BuilderFlag.INT8, trt.BuilderFlag.FP16, trt.BuilderFlag.GPU_FALLBACK,
                                   trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS}
     (config,) = made

@@ -57,7 +57,9 @@ class _FakeTRT:
 
     def __init__(self):
         self.NetworkDefinitionCreationFlag = _Enum("EXPLICIT_BATCH", "EXPLICIT_PRECISION")
-        self.BuilderFlag = _Enum("FP16", "INT8", "OBEY_PRECISION_CONSTRAINTS", "GPU_FALLBACK")
+        self.BuilderFlag = _Enum("FP16", "INT8", "OBEY_PRECISION_CONSTRAINTS", "GPU_FALLBACK", "TF32")
+        self.ProfilingVerbosity = _Enum("LAYER_NAMES_ONLY", "DETAILED", "NONE")
+        self.cleared_flags = []
         self.MemoryPoolType = _Enum("WORKSPACE")
         self.DataType = _Enum("FLOAT", "HALF", "INT8", "INT32", "BOOL")
         self.LayerType = _Enum("CONVOLUTION", "SOFTMAX", "ELEMENTWISE", "REDUCE", "TOPK")
@@ -87,6 +89,10 @@ class _FakeTRT:
             def set_memory_pool_limit(self, pool, size): pass
 
             def set_flag(self, flag): fake.set_flags.append(flag)
+
+            def clear_flag(self, flag): fake.cleared_flags.append(flag)
+
+            def set_calibration_profile(self, profile): fake.calibration_profile = profile
 
             def add_optimization_profile(self, p): pass
 
@@ -118,9 +124,9 @@ class _FakeTRT:
         self.Dims = list
 
     def _layer(self, name, kind, dtype):
-        out = SimpleNamespace(dtype=getattr(self.DataType, dtype))
+        out = SimpleNamespace(dtype=getattr(self.DataType, dtype), name=f"{name}_out")
         layer = SimpleNamespace(name=name, type=getattr(self.LayerType, kind), num_outputs=1, precision=None,
-                                outputs={}, get_output=lambda j: out)
+                                outputs={}, get_output=lambda j: out, num_inputs=0)
         layer.set_output_type = lambda j, t, layer=layer: layer.outputs.__setitem__(j, t)
         return layer
 

@@ -308,3 +308,138 @@ def test_a_name_the_parser_cannot_place_stops_the_generator():
 def test_an_unknown_build_switch_stops_the_generator():
     with pytest.raises(gen.SourceError, match="NEW_SWITCH"):
         gen.parse_api_sources({"pyCore.cpp": CPP.replace("ENABLE_INETWORK_SERIALIZE", "NEW_SWITCH")})
+
+
+# ----------------------------------------------------------------------- argument lists and properties
+
+SIG_CPP = textwrap.dedent(r'''
+    void bindSignatures(py::module& m)
+    {
+        py::class_<IBuilderConfig>(m, "IBuilderConfig", py::module_local())
+            .def(py::init<>())
+            .def("set_device_type", &IBuilderConfig::setDeviceType, "layer"_a, "device_type"_a, Doc::set_device_type)
+            .def("set_flags", &IBuilderConfig::setFlags, "flags"_a = 0U, "strict"_a = std::vector<int>{1, 2}, Doc::x,
+                py::keep_alive<0, 1>{})
+            .def("get_calibration_profile", &IBuilderConfig::getCalibrationProfile, Doc::get_calibration_profile)
+            .def_static("make", &make, "name"_a, py::return_value_policy::reference)
+            .def_property("DLA_core", &IBuilderConfig::getDLACore, &IBuilderConfig::setDLACore)
+            .def_property_readonly("num_optimization_profiles", &IBuilderConfig::getNbOptimizationProfiles)
+            .def_readwrite("offset", &IBuilderConfig::offset)
+            .def_readonly("size", &IBuilderConfig::size)
+            .def_property("gpu_allocator", nullptr, py::cpp_function(&IBuilderConfig::setGpuAllocator, "a"_a));
+
+        py::class_<IRuntime>(m, "Runtime", py::module_local())
+            .def(py::init(&nvinfer1::createInferRuntime), "logger"_a, Doc::init, py::keep_alive<1, 2>{})
+            .def("deserialize_cuda_engine", lambdas::deserialize, "serialized_engine"_a, Doc::deserialize)
+            .def("deserialize_cuda_engine", py::overload_cast<IStreamReader&>(&IRuntime::deserializeCudaEngine),
+                "stream_reader"_a, Doc::deserialize_reader);
+
+        py::class_<IExecutionContext>(m, "IExecutionContext", py::module_local())
+            .def("execute_async_v2", lambdas::execute_async_v2, py::arg("bindings"), py::arg("stream_handle"),
+                py::arg("input_consumed") = nullptr, Doc::execute_async_v2)
+            .def("set_strategy", &f, py::arg("strategy").noconvert() = Strategy::kSTATIC, py::keep_alive<0, 1>{})
+            .def(py::init<int32_t, int32_t>())
+            .def(py::self == py::self);
+
+        m.def("init_libnvinfer_plugins", &initLibNvInferPlugins, "logger"_a, "namespace"_a);
+        m.def("get_plugin_registry", &getPluginRegistry, py::return_value_policy::reference);
+    }
+''')
+
+
+def _names(overloads):
+    """[[(name, default), ...] or None per overload]: an overload as the tests spell it."""
+    return [None if o is None else [(a["name"], a["default"]) for a in o] for o in overloads]
+
+
+@pytest.fixture(scope="module")
+def sig_api():
+    return gen.parse_api_sources({"python/src/infer/pyCore.cpp": SIG_CPP})
+
+
+def test_underscore_a_lists_parse_in_order_with_defaults(sig_api):
+    s = sig_api["classes"]["IBuilderConfig"]["signatures"]
+    assert _names(s["set_device_type"]) == [[("layer", False), ("device_type", False)]]
+    assert _names(s["set_flags"]) == [[("flags", True), ("strict", True)]]  # a default with commas inside
+    assert _names(s["make"]) == [[("name", False)]]  # .def_static
+    assert s["get_calibration_profile"] == [None]  # names no arguments: arity not guessed
+
+
+def test_py_arg_form_parses(sig_api):
+    s = sig_api["classes"]["IExecutionContext"]["signatures"]
+    assert _names(s["execute_async_v2"]) == [[("bindings", False), ("stream_handle", False), ("input_consumed", True)]]
+    assert _names(s["set_strategy"]) == [[("strategy", True)]]
+    assert s["__eq__"] == [None]
+
+
+def test_overloads_of_one_name_are_all_kept_in_source_order(sig_api):
+    s = sig_api["classes"]["Runtime"]["signatures"]
+    assert _names(s["deserialize_cuda_engine"]) == [[("serialized_engine", False)], [("stream_reader", False)]]
+
+
+def test_constructors_are_signatures_of_init(sig_api):
+    classes = sig_api["classes"]
+    assert _names(classes["Runtime"]["signatures"]["__init__"]) == [[("logger", False)]]
+    assert classes["IBuilderConfig"]["signatures"]["__init__"] == [[]]  # py::init<>(): no arguments, known
+    assert classes["IExecutionContext"]["signatures"]["__init__"] == [None]  # py::init<int32_t, int32_t>(): unnamed
+
+
+def test_properties_say_whether_python_may_set_them(sig_api):
+    c = sig_api["classes"]["IBuilderConfig"]
+    assert c["properties"] == {"DLA_core": "rw", "num_optimization_profiles": "ro", "offset": "rw", "size": "ro",
+                               "gpu_allocator": "wo"}  # a nullptr getter: write-only
+    assert not set(c["properties"]) & set(c["signatures"])
+    assert set(c["members"]) == set(c["properties"]) | set(c["signatures"])  # members is still every name
+
+
+def test_module_functions_get_signatures_too(sig_api):
+    f = sig_api["function_signatures"]
+    assert _names(f["init_libnvinfer_plugins"]) == [[("logger", False), ("namespace", False)]]
+    assert f["get_plugin_registry"] == [None]
+    assert sig_api["functions"] == ["get_plugin_registry", "init_libnvinfer_plugins"]
+
+
+def test_an_argument_annotation_the_parser_does_not_know_stops_the_generator():
+    odd = SIG_CPP.replace('"layer"_a, "device_type"_a', '"layer"_a | flags, "device_type"_a')
+    with pytest.raises(gen.SourceError, match="argument annotation"):
+        gen.parse_api_sources({"pyCore.cpp": odd})
+
+
+def _sig(branch: str, cls: str, member: str):
+    return [None if o is None else [a["name"] for a in o]
+            for o in _branches("trt_python_api.json")[branch]["classes"][cls]["signatures"][member]]
+
+
+def test_the_data_holds_each_releases_call_signatures():
+    """Checked by hand against release/8.5 and release/10.3 python/src/infer/pyCore.cpp."""
+    assert _sig("release/8.5", "IBuilderConfig", "set_calibration_profile") == [["profile"]]
+    assert _sig("release/8.5", "Runtime", "deserialize_cuda_engine") == [["serialized_engine"]]
+    assert _sig("release/8.5", "IExecutionContext", "execute_async_v2") == [
+        ["bindings", "stream_handle", "input_consumed"]]
+    assert _sig("release/8.5", "Builder", "create_network") == [["flags"]]
+    assert _sig("release/10.3", "IExecutionContext", "execute_async_v3") == [["stream_handle"]]
+    assert _sig("release/10.3", "Runtime", "deserialize_cuda_engine") == [["serialized_engine"], ["stream_reader"]]
+    assert _sig("release/10.3", "Runtime", "__init__") == [["logger"]]
+    api = _branches("trt_python_api.json")
+    assert "execute_async_v2" not in api["release/10.3"]["classes"]["IExecutionContext"]["signatures"]
+    ctx85 = api["release/8.5"]["classes"]["IExecutionContext"]["signatures"]["execute_async_v2"][0]
+    assert [a["default"] for a in ctx85] == [False, False, True]  # input_consumed = nullptr
+    for branch in ("release/8.5", "release/10.3"):
+        classes = api[branch]["classes"]
+        assert classes["IBuilderConfig"]["properties"]["DLA_core"] == "rw"
+        assert classes["Runtime"]["properties"]["DLA_core"] == "rw"
+        assert classes["Runtime"]["properties"]["num_DLA_cores"] == "ro"
+        assert classes["Runtime"]["properties"]["gpu_allocator"] == "wo"
+        assert _sig(branch, "IBuilderConfig", "set_device_type") == [["layer", "device_type"]]
+
+
+def test_every_member_in_the_data_is_a_signature_a_property_or_an_exported_enum_value():
+    for branch, entry in _branches("trt_python_api.json").items():
+        for name, c in entry["classes"].items():
+            sigs, props = set(c["signatures"]), set(c["properties"])
+            assert not sigs & props, (branch, name)
+            exported = {v for e, vals in entry["enums"].items() if e.rpartition(".")[0] == name for v in vals}
+            assert set(c["members"]) - sigs - props <= exported, (branch, name)
+            assert all(o is None or all(set(a) == {"name", "default"} for a in o)
+                       for ovs in c["signatures"].values() for o in ovs), (branch, name)
+        assert set(entry["function_signatures"]) == set(entry["functions"]), branch
