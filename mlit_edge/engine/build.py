@@ -146,6 +146,13 @@ def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_reco
     from .plan import build_serialized
 
     assert plan.engine is not None and plan.batch is not None  # a TensorRT target; --dla-core needs --batch
+    from ..runtime.artifact import torch_available
+
+    if not torch_available():  # export.calibration reads its data set through train.data, which is torch's
+        raise RuntimeError("--dla-core with --precision int8 calibrates on the recipe's images, which are read "
+                           "through torch, and this machine has none (a Jetson's runtime install): not available "
+                           "here yet; build it where torch and this TensorRT are both installed, or build "
+                           "--dla-core with --precision fp16")
     calib = calibration_set(resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, final_record.dataset),
                             req.data_root)
     write_manifest(calib.manifest, plan.engine.with_name(plan.engine.stem + ".calib.json"))

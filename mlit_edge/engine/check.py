@@ -21,7 +21,7 @@ from .plan import BuildOptions, build_serialized
 
 DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
           "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-TOPK_MAX = 3840  # TensorRT's limit on K
+TOPK_MAX = 3840  # onnx-tensorrt 10.1-GA docs/operators.md, TopK: "`K` input must be less than 3840"
 
 
 @dataclass
@@ -165,8 +165,8 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
             k = consts.get(node.input[1]) if len(node.input) > 1 else None
             if k is None:
                 rep.problems.append(f"TopK {node.name}: k is computed at run time; TensorRT needs a constant")
-            elif int(k.reshape(-1)[0]) > TOPK_MAX:
-                rep.problems.append(f"TopK {node.name}: k={int(k.reshape(-1)[0])} exceeds TensorRT's {TOPK_MAX}")
+            elif int(k.reshape(-1)[0]) >= TOPK_MAX:
+                rep.problems.append(f"TopK {node.name}: k={int(k.reshape(-1)[0])}; TensorRT needs K < {TOPK_MAX}")
     return rep
 
 

@@ -7,10 +7,14 @@ The rules, from NVIDIA's own answers, live here once:
 - its INT8 is implicitly quantized: calibrated, not Q/DQ. A QAT/Q-DQ graph does not run on it ("Currently,
   DLA doesn't support QAT yet", NVIDIA/TensorRT#2222; "DLA only supports IInt8EntropyCalibrator2 in PTQ",
   ibid.; NVIDIA-AI-IOT/jetson_dla_tutorial#3), so a Q/DQ ONNX is refused with `--dla-core`, and
-  `--precision int8` builds a calibrated engine from the fp32 graph where the calibrator exists (dla_int8.py);
+  `--precision int8` builds a calibrated engine from the fp32 graph where the calibrator exists (dla_int8.py).
+  The first quote is NVIDIA's (zerollzeng, TensorRT team, in #2222); the second is the issue's reporter's
+  (WeixiangXu), a user's reading. NVIDIA's own word on the calibrator is the developer guide's "IEntropyCalibratorV2
+  ... is required for DLA as it supports per activation tensor scaling" (TensorRT 6.0.1 guide, INT8 calibration);
 - which layers the DLA takes is TensorRT's own answer, `IBuilderConfig.can_run_on_DLA(layer)` (pyCore.cpp,
   every release above); the others fall back to the GPU with BuilderFlag.GPU_FALLBACK, and the sidecar
-  records them and their count. Off a TensorRT with DLA (TensorRT-RTX has none) that is not measurable.
+  records them and their count as the *requested* placement (the builder's own later splits are the built
+  engine's to report). Off a TensorRT with DLA (TensorRT-RTX has none) that is not measurable.
 """
 from __future__ import annotations
 
@@ -73,17 +77,24 @@ def configure_dla(builder: trt.Builder, config: trt.IBuilderConfig, network: trt
     config.default_device_type = trt.DeviceType.DLA
     config.DLA_core = core
     config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-    return {"dla_core": core, "gpu_fallback": True, **dla_placement(config, network)}
+    return {"dla_core": core, "gpu_fallback": True}
 
 
-def dla_placement(config: trt.IBuilderConfig, network: trt.INetworkDefinition) -> dict:
-    """Per TensorRT's `can_run_on_DLA`: the layers that fall back to the GPU and the count of each side."""
+def dla_placement(config: trt.IBuilderConfig, network: trt.INetworkDefinition, module: ModuleType) -> dict:
+    """The placement the build *requests*, read once every layer's device is set (after the fp32 pins moved to
+    the GPU: dla_int8.pinned_to_gpu): a layer is requested on the DLA when its device type is DLA and TensorRT's
+    `can_run_on_DLA` takes it; the others fall back to the GPU. The builder may still split further (a DLA
+    subgraph it cannot form, a DLA loadable limit), which only the built engine knows: the record says
+    "requested", never "placed"."""
+    if not TYPE_CHECKING:
+        trt = module
     gpu: list[dict] = []
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if not config.can_run_on_DLA(layer):
+        if config.get_device_type(layer) != trt.DeviceType.DLA or not config.can_run_on_DLA(layer):
             gpu.append({"name": layer.name, "type": str(layer.type).rsplit(".", 1)[-1]})
-    return {"dla_layers": network.num_layers - len(gpu), "gpu_fallback_layers": len(gpu), "gpu_layers": gpu}
+    return {"basis": "requested", "dla_layers": network.num_layers - len(gpu), "gpu_fallback_layers": len(gpu),
+            "gpu_layers": gpu}
 
 
 def format_placement(record: dict) -> str:
@@ -93,6 +104,6 @@ def format_placement(record: dict) -> str:
     kinds = Counter(g["type"] for g in record["gpu_layers"])
     fallback = ", ".join(f"{t} x{n}" for t, n in kinds.most_common()) or "none"
     pinned = record.get("fp32_gpu_layers") or []
-    return (f"DLA core {record['dla_core']}: {record['dla_layers']} layers on the DLA, "
-            f"{record['gpu_fallback_layers']} fall back to the GPU ({fallback})"
-            + (f", {len(pinned)} fp32-pinned layers run on the GPU" if pinned else ""))
+    return (f"DLA core {record['dla_core']} (requested; the builder may split further): {record['dla_layers']} "
+            f"layers on the DLA, {record['gpu_fallback_layers']} on the GPU ({fallback})"
+            + (f", {len(pinned)} of them fp32-pinned" if pinned else ""))

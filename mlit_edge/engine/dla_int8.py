@@ -1,7 +1,9 @@
 """INT8 on the DLA: an implicitly quantized (calibrated) engine from the fp32 ONNX, fed from the QDQ recipe's images.
 
 The DLA does not run a Q/DQ graph ("Currently, DLA doesn't support QAT yet", NVIDIA/TensorRT#2222) and takes
-INT8 only through post-training calibration ("DLA only supports IInt8EntropyCalibrator2 in PTQ", ibid.). So:
+INT8 only through post-training calibration: "IEntropyCalibratorV2 ... is required for DLA as it supports per
+activation tensor scaling" (TensorRT 6.0.1 developer guide, INT8 calibration; the "DLA only supports
+IInt8EntropyCalibrator2 in PTQ" often quoted from #2222 is its reporter's words, not NVIDIA's). So:
 - the network is parsed from the fp32 (portable) ONNX, weakly typed (no STRONGLY_TYPED), and the builder gets
   INT8 plus FP16: DLA support "is currently limited to networks running in FP16 and INT8 mode" (TensorRT
   developer guide, "Running on DLA during TensorRT Inference"), so a layer without an INT8 DLA kernel has only

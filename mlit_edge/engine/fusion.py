@@ -149,19 +149,33 @@ def layernorm_form(model) -> str:
     """How the graph writes LayerNorm: the opset-17 op, the decomposed pattern, or none."""
     ops = [n.op_type for n in model.graph.node]
     native = ops.count("LayerNormalization")
-    g = _Graph.__new__(_Graph)
-    g.consumers = {}
+    consumers: dict = {}
+    producer = {o: n for n in model.graph.node for o in n.output}
     for n in model.graph.node:
         for i in n.input:
-            g.consumers.setdefault(i, []).append(n)
+            consumers.setdefault(i, []).append(n)
+
+    # an fp16 graph keeps LayerNorm in fp32 behind Casts, one per consumer (export.fp16): look through them
+    def origin(name: str) -> str:
+        while name in producer and producer[name].op_type == "Cast":
+            name = producer[name].input[0]
+        return name
+
+    def users(name: str) -> list:
+        out = []
+        for u in consumers.get(name, []):
+            out += users(u.output[0]) if u.op_type == "Cast" else [u]
+        return out
+
     decomposed = 0
     for mean in (n for n in model.graph.node if n.op_type == "ReduceMean"):
         # mean -> Sub(x, mean) -> Mul(c, c) or Pow -> ReduceMean -> Add(eps) -> Sqrt -> Div(c, std)
-        sub = next((u for u in g.consumers.get(mean.output[0], []) if u.op_type == "Sub" and mean.input[0] in u.input), None)
-        square = next((u for u in g.consumers.get(sub.output[0], []) if u.op_type in ("Mul", "Pow")), None) if sub else None
+        x = origin(mean.input[0])
+        sub = next((u for u in users(mean.output[0]) if u.op_type == "Sub" and x in map(origin, u.input)), None)
+        square = next((u for u in users(sub.output[0]) if u.op_type in ("Mul", "Pow")), None) if sub else None
         chain, name = [], square.output[0] if square else None
         for op in ("ReduceMean", "Add", "Sqrt", "Div"):
-            nxt = next((u for u in g.consumers.get(name, []) if u.op_type == op), None) if name else None
+            nxt = next((u for u in users(name) if u.op_type == op), None) if name else None
             chain.append(nxt)
             name = nxt.output[0] if nxt else None
         decomposed += all(chain)

@@ -167,11 +167,14 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
     if opts.dla_core is not None:  # the layers the DLA cannot take, as TensorRT answers (engine/dla.py)
         from .dla import configure_dla
 
+        from .dla import dla_placement
+
         settings["dla"] = configure_dla(builder, config, network, module, opts.dla_core)
         if not opts.strongly_typed:  # fp32 pins cannot stay fp32 on the DLA: they run on the GPU (dla_int8.py)
             from .dla_int8 import pinned_to_gpu
 
             settings["dla"]["fp32_gpu_layers"] = pinned_to_gpu(config, network, module, set(pinned).__contains__)
+        settings["dla"].update(dla_placement(config, network, module))  # once every layer's device is set
         settings.update(dla_core=opts.dla_core, gpu_fallback=True)
     engine = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start

@@ -70,7 +70,7 @@ class DeviceEnv:
     trt_version: str | None
     gpu_name: str | None = None
     compute_capability: str | None = None  # "8.7"
-    cuda_version: str | None = None
+    cuda_version: str | None = None  # the CUDA toolkit (/usr/local/cuda/version.json), else the driver's
     l4t: str | None = None  # Jetson Linux release, e.g. "R36.4.3"
     jetpack: str | None = None
     platform: str = ""
@@ -88,7 +88,9 @@ def _cuda_props() -> tuple[str | None, str | None, str | None]:
         err, count = cudart.cudaGetDeviceCount()
         if int(err) == 0 and count > 0:
             err, props = cudart.cudaGetDeviceProperties(0)
-            _, ver = cudart.cudaRuntimeGetVersion()
+            # the driver's CUDA, not cudaRuntimeGetVersion: cuda-python's cudart answers that with its own build
+            # constant (11.8.2's cuda/_lib/ccudart/ccudart.pyx returns _CUDART_VERSION), 11.8 on a CUDA 11.4 JetPack
+            _, ver = cudart.cudaDriverGetVersion()
             name = props.name.decode(errors="replace").rstrip("\0") if isinstance(props.name, bytes) else str(props.name)
             return name, f"{props.major}.{props.minor}", f"{ver // 1000}.{ver % 1000 // 10}"
         return None, None, None
@@ -105,6 +107,17 @@ def _cuda_props() -> tuple[str | None, str | None, str | None]:
         except (OSError, subprocess.SubprocessError, ValueError):
             pass
     return None, None, None
+
+
+def cuda_toolkit(path: str = "/usr/local/cuda/version.json") -> str | None:
+    """The installed CUDA toolkit's major.minor (JetPack and the CUDA installers write version.json), or None."""
+    import json
+
+    try:
+        version = json.loads(Path(path).read_text())["cuda"]["version"]
+        return ".".join(str(version).split(".")[:2])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _jetson() -> tuple[str | None, str | None]:
@@ -153,6 +166,7 @@ def local_env(target: str | None = None) -> DeviceEnv:
         except RuntimeError:  # not installed: the env says "no TensorRT"
             trt = None
     name, cap, cuda = _cuda_props()
+    cuda = cuda_toolkit() or cuda  # the toolkit TensorRT links against where it is installed, else the driver's
     l4t, jetpack = _jetson()
     return DeviceEnv(trt.__name__ if trt else None, trt.__version__ if trt else None, name, cap, cuda, l4t, jetpack,
                      f"{platform.system()} {platform.machine()}", jetson_module() if l4t else None)

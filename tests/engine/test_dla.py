@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlit_edge.engine.dla import check_dla_request, configure_dla, format_placement
+from mlit_edge.engine.dla import check_dla_request, configure_dla, dla_placement, format_placement
 from tests.helpers import cli
 
 API = json.loads((Path(__file__).parents[2] / "mlit_edge/engine/data/trt_python_api.json").read_text())["branches"]
@@ -39,6 +39,9 @@ def _stand_in(branch: str, cores: int, refused: set):
         def can_run_on_DLA(self, layer):
             return layer.type.name not in refused
 
+        def get_device_type(self, layer):
+            return self.default_device_type
+
     kinds = ["CONVOLUTION", "MATRIX_MULTIPLY", "SOFTMAX", "TOPK", "ELEMENTWISE", "MATRIX_MULTIPLY"]
     layers = [SimpleNamespace(name=f"n{i}", type=enums["LayerType"][k]) for i, k in enumerate(kinds)]
     network = SimpleNamespace(num_layers=len(layers), get_layer=layers.__getitem__)
@@ -51,9 +54,11 @@ def test_the_placement_is_tensorrts_answer_and_the_fallback_is_counted(branch):
     rec = configure_dla(builder, config, network, trt, 1)
     assert config.default_device_type is trt.DeviceType.DLA and config.DLA_core == 1
     assert trt.BuilderFlag.GPU_FALLBACK in config.flags
-    assert rec["dla_layers"] == 4 and rec["gpu_fallback_layers"] == 2
+    rec.update(dla_placement(config, network, trt))
+    assert rec["basis"] == "requested" and rec["dla_layers"] == 4 and rec["gpu_fallback_layers"] == 2
     assert [g["type"] for g in rec["gpu_layers"]] == ["SOFTMAX", "TOPK"] and rec["gpu_layers"][1]["name"] == "n3"
-    assert format_placement(rec) == "DLA core 1: 4 layers on the DLA, 2 fall back to the GPU (SOFTMAX x1, TOPK x1)"
+    assert format_placement(rec) == ("DLA core 1 (requested; the builder may split further): 4 layers on the DLA, "
+                                     "2 on the GPU (SOFTMAX x1, TOPK x1)")
 
 
 def test_no_dla_core_is_not_measurable_and_a_missing_core_is_named():

@@ -153,6 +153,7 @@ def test_build_serialized_makes_a_weakly_typed_calibrated_dla_engine_with_the_pi
             config = super().create_builder_config()
             config.can_run_on_DLA = lambda layer: layer.type != trt.LayerType.TOPK
             config.set_device_type = lambda layer, kind: devices.__setitem__(layer.name, kind)
+            config.get_device_type = lambda layer: devices.get(layer.name, config.default_device_type)
             made.append(config)
             return config
 
@@ -170,7 +171,9 @@ def test_build_serialized_makes_a_weakly_typed_calibrated_dla_engine_with_the_pi
     # the pinned layers (the named Gemm, softmax by its type) run fp32 on the GPU; TopK falls back by TensorRT's word
     assert devices == {"node_Gemm_3": trt.DeviceType.GPU, "node_Softmax_5": trt.DeviceType.GPU}
     assert flags["dla"]["fp32_gpu_layers"] == ["node_Gemm_3", "node_Softmax_5"]
-    assert [g["name"] for g in flags["dla"]["gpu_layers"]] == ["router_TopK"]
+    # the placement is read after the pins moved: they count on the GPU side, never on both (item 8 of issue 45)
+    assert [g["name"] for g in flags["dla"]["gpu_layers"]] == ["node_Gemm_3", "node_Softmax_5", "router_TopK"]
+    assert flags["dla"]["dla_layers"] == 3 and flags["dla"]["basis"] == "requested"
 
 
 def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it(tiny_onnx, monkeypatch, tmp_path):

@@ -65,6 +65,8 @@ def install(monkeypatch, profile: str = "jetpack-5.1", dla_cores: int = 2) -> St
     monkeypatch.setitem(sys.modules, "tensorrt", trt.module)
     modules = json.loads(CUDA_DATA.read_text())["versions"][cp]["modules"]
     cuda_pkg.__path__ = []  # a package: submodules this version lacks fail to import, as they do there
+    if any(m == "cuda.cudart" for m in modules) and not cp.startswith("12.6"):
+        cuda_pkg.__version__ = cp  # 11.8.2 and 12.2.1: cuda/_version.py (12.6 warns, 13.0 has no cuda/__init__)
     monkeypatch.setitem(sys.modules, "cuda", cuda_pkg)
     runtime = None
     for path in modules:
@@ -74,6 +76,7 @@ def install(monkeypatch, profile: str = "jetpack-5.1", dla_cores: int = 2) -> St
         if parent != "cuda":
             pkg = sys.modules.get(parent) or types.ModuleType(parent)
             pkg.__path__ = []
+            pkg.__version__ = cp  # cuda.bindings.__version__ (cuda/bindings/_version.py)
             monkeypatch.setitem(sys.modules, parent, pkg)
             setattr(cuda_pkg, parent.split(".")[1], pkg)
         monkeypatch.setitem(sys.modules, path, runtime)

@@ -56,8 +56,8 @@ class Cudart:
     """The behaviour of the runtime calls mlit-edge makes, on one `Device`; each method takes the bound
     arguments by their recorded names."""
 
-    def __init__(self, device: Device, err: type[enum.IntEnum]) -> None:
-        self.device, self.err = device, err
+    def __init__(self, device: Device, err: type[enum.IntEnum], version: str) -> None:
+        self.device, self.err, self.version = device, err, version
         self.ok = err.cudaSuccess
 
     def _fail(self, name: str):
@@ -71,10 +71,14 @@ class Cudart:
         return self.ok, SimpleNamespace(name=d.name.encode(), major=d.major, minor=d.minor)
 
     def cudaRuntimeGetVersion(self, a):
-        return self.ok, self.device.runtime_version
+        # cuda-python's cudart is its own emulation over the driver API and answers its build constant
+        # (11.8.2 cuda/_lib/ccudart/ccudart.pyx: `runtimeVersion[0] = m_global._CUDART_VERSION`), not the
+        # CUDA the device has: 11080 on a JetPack 5.1 whose CUDA is 11.4
+        major, minor = (int(x) for x in self.version.split(".")[:2])
+        return self.ok, major * 1000 + minor * 10
 
     def cudaDriverGetVersion(self, a):
-        return self.ok, self.device.runtime_version
+        return self.ok, self.device.runtime_version  # the driver's CUDA: the JetPack's
 
     def cudaMalloc(self, a):
         return self.ok, self.device.malloc(a["size"])
@@ -195,7 +199,7 @@ def make_module(version: str, device: Device, name: str = "cuda.cudart") -> type
         module.cudaError_t = err
     kinds = api["enums"]["cudaMemcpyKind"]  # HostToHost 0, HostToDevice 1, DeviceToHost 2, DeviceToDevice 3
     module.cudaMemcpyKind = enum.IntEnum("cudaMemcpyKind", {m: _MEMCPY.get(m, 10 + i) for i, m in enumerate(kinds)})
-    behaviour = Cudart(device, err)
+    behaviour = Cudart(device, err, version)
     for fn, entry in api["functions"].items():
         impl = getattr(behaviour, fn, None) if not fn.startswith("_") else None
         setattr(module, fn, _function(fn, entry, impl))

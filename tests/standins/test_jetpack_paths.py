@@ -290,3 +290,128 @@ def test_tensorrt_8_5_pins_the_heads_gemm_bias_that_its_parser_leaves_unnamed(mo
     after = {layers[i - 1]["Name"]: layers[i]["Precision"] for i in range(1, len(layers))
              if layers[i]["Name"].startswith("(Unnamed Layer")}
     assert after["node_linear"] == "FLOAT" and after["node_addmm"] == "HALF" and len(after) == 10
+
+
+def test_check_sees_the_decomposed_layernorms_behind_the_fp16_casts(graphs):
+    """Item 10: the 5.1 fp16 graph keeps its 7 decomposed LayerNorms in fp32 behind per-consumer Casts;
+    `check` reported "none found" there."""
+    import onnx
+
+    from mlit_edge.engine.fusion import layernorm_form
+
+    for name in ("m.onnx", "m-fp16.onnx"):
+        assert layernorm_form(onnx.load(str(graphs["jetpack-5.1"].with_name(name)))).startswith("7 decomposed")
+
+
+@pytest.mark.parametrize("k, refused", [(3839, False), (3840, True)])
+def test_topk_k_must_be_less_than_3840(k, refused, tmp_path):
+    """Item 10: onnx-tensorrt 10.1-GA's table says K "must be less than 3840"; 3840 itself was passed."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from mlit_edge.engine.check import static_checks
+
+    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4000])],
+                              [helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, k]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [1, k])],
+                              [helper.make_tensor("k", TensorProto.INT64, [1], [k])])
+    path = tmp_path / "topk.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    problems = [p for p in static_checks(path).problems if p.startswith("TopK")]
+    assert bool(problems) == refused and (not refused or "K < 3840" in problems[0])
+
+
+@pytest.mark.parametrize("profile, cuda", [("jetpack-5.1", "11.4"), ("jetpack-6.0", "12.2"), ("jetpack-7", "13.0")])
+def test_the_plan_records_the_devices_cuda_not_cuda_pythons_build_constant(profile, cuda, monkeypatch):
+    """Item 10: cuda-python's cudaRuntimeGetVersion answers the version it was built against (11.8 with
+    JetPack 5.1's pin), so a JetPack 5 plan said CUDA 11.8 on a CUDA 11.4 device."""
+    import mlit_edge.runtime.trt_env as trt_env
+
+    install(monkeypatch, profile)
+    monkeypatch.setattr(trt_env, "cuda_toolkit", lambda: None)  # no /usr/local/cuda here: the driver answers
+    env = trt_env.local_env("tensorrt")
+    assert env.cuda_version == cuda and env.compute_capability == "8.7" and env.trt_module == "tensorrt"
+
+
+def test_the_cuda_toolkits_version_file_is_read(tmp_path):
+    from mlit_edge.runtime.trt_env import cuda_toolkit
+
+    (tmp_path / "version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "11.4.315"}}')
+    assert cuda_toolkit(str(tmp_path / "version.json")) == "11.4"
+    assert cuda_toolkit(str(tmp_path / "missing.json")) is None
+
+
+def _first_hour():
+    spec = importlib.util.spec_from_file_location("first_hour", ROOT / "deploy" / "first_hour.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_first_hour_script_runs_every_path_through_the_stand_ins(profile, monkeypatch, tmp_path, graphs):
+    """Deliver 5: deploy/first_hour.py on each JetPack's stand-ins: every path ok, one report."""
+    first_hour = _first_hour()
+    onnx_dir = graphs[profile].parent
+    install(monkeypatch, profile)
+    lines: list[str] = []
+    rows = first_hour.report(onnx_dir, tmp_path / "engines", iters=2, n=4, echo=lines.append)
+    assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    paths = [r["path"] for r in rows]
+    assert "build m-fp16.onnx fp16 batch 1" in paths and "predict m.onnx fp32 batch 1/8/64" in paths
+    assert "predict DLA core 0 m-fp16.onnx fp16" in paths and "predict DLA core 0 m.onnx int8" in paths
+    text = "\n".join(lines)
+    assert f"tensorrt {JETPACKS[profile][1]}" in text and f"{len(rows)} ok, 0 failed" in text
+    assert f"cuda-python {install(monkeypatch, profile).cuda_python}," in text
+    assert "CUDA graph off (capture failed; plain enqueue)" in text  # the DLA engines' enqueue
+
+
+def test_serve_and_stream_run_a_plan_through_the_jetpack_5_1_stand_ins(monkeypatch, tmp_path, graphs):
+    """`mlit-edge serve` over an inbox and `mlit-edge stream` over a video file, on a JetPack 5.1 plan (CUDA
+    graphs on, cuda-python 11.8.2's signatures): every image and frame classified as ONNX Runtime does."""
+    cv2 = pytest.importorskip("cv2")
+    from PIL import Image
+
+    fp16 = graphs["jetpack-5.1"].with_name("m-fp16.onnx")
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    images = _images(3)
+    for i, im in enumerate(images):
+        Image.fromarray(im).save(inbox / f"{i}.png")
+    video = tmp_path / "v.avi"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10, (36, 36))
+    for im in images:
+        writer.write(im[:, :, ::-1])
+    writer.release()
+    from mlit_edge.runtime import Classifier
+
+    with Classifier.load(fp16) as clf:
+        want = [p.class_id for p in clf.predict([str(inbox / f"{i}.png") for i in range(3)])]
+    install(monkeypatch, "jetpack-5.1")
+    plan = _build(tmp_path, fp16, precision="fp16", batch=1).artifact
+    from mlit_edge.runtime.serve import watch
+    from mlit_edge.runtime.stream import StreamOptions, run_stream
+
+    assert watch(plan, inbox, tmp_path / "results.jsonl", interval_s=0.01, max_files=3, settle_s=0.0) == 3
+    rows = sorted((json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()),
+                  key=lambda r: r["path"])
+    assert [r["class_id"] for r in rows] == want
+    import io
+
+    out = io.StringIO()
+    summary = run_stream(plan, str(video), StreamOptions(status_s=0), out)
+    assert summary["classified"] == 3, summary
+    assert len([line for line in out.getvalue().splitlines() if line.startswith("{")]) >= 3
+
+
+def test_dla_int8_without_torch_is_refused_in_one_line_before_any_build(monkeypatch, tmp_path, graphs):
+    """Found while running the device paths: the calibration images are read through torch, which a Jetson's
+    runtime install has none of; the build says so in one line instead of failing on the import."""
+    import mlit_edge.runtime.artifact as artifact
+
+    jp = install(monkeypatch, "jetpack-5.1")
+    monkeypatch.setattr(artifact, "torch_available", lambda: False)
+    with pytest.raises(RuntimeError, match="calibrates on the recipe's images, which are read through torch") as e:
+        _build(tmp_path, graphs["jetpack-5.1"], precision="int8", batch=1, dla_core=0, calib_n=4)
+    assert "\n" not in str(e.value) and not [x for x in jp.device.events if x.startswith("built")]
