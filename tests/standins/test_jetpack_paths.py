@@ -45,6 +45,11 @@ def graphs(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("graphs")
     out = {p: _export(base / p, p) for p in PROFILES}
     out["jetpack-5.1/uint8"] = _export(base / "uint8", "jetpack-5.1", "pixels", "uint8")
+    from mlit_edge.export.calibration import Recipe
+    from mlit_edge.export.variants import Inputs, variant_of
+
+    for p in ("jetpack-5.1", "jetpack-6.2"):  # INT8 Q/DQ in TensorRT's recipe, as `export --precision int8` writes
+        out[f"{p}/int8"] = variant_of(out[p], "int8", Inputs(recipe=Recipe(n=16), evaluate=False)).path
     return out
 
 
@@ -415,3 +420,37 @@ def test_dla_int8_without_torch_is_refused_in_one_line_before_any_build(monkeypa
     with pytest.raises(RuntimeError, match="calibrates on the recipe's images, which are read through torch") as e:
         _build(tmp_path, graphs["jetpack-5.1"], precision="int8", batch=1, dla_core=0, calib_n=4)
     assert "\n" not in str(e.value) and not [x for x in jp.device.events if x.startswith("built")]
+
+
+@pytest.mark.parametrize("profile", ["jetpack-5.1", "jetpack-6.2"])
+def test_an_int8_qdq_graph_builds_as_the_profile_builds_and_predicts(profile, monkeypatch, tmp_path, graphs):
+    """The GPU's INT8: the Q/DQ graph, weakly typed with the INT8 and FP16 flags on TensorRT 8.5, strongly typed
+    on 10.3; the engine predicts what ONNX Runtime predicts on the same graph."""
+    qdq = graphs[f"{profile}/int8"]
+    images = _images()
+    want = _onnx_probs(qdq, images)
+    install(monkeypatch, profile)
+    result = _build(tmp_path, qdq, precision="int8", batch=2)
+    flags = result.record["engine"]["flags"]
+    assert flags["strongly_typed"] == (profile == "jetpack-6.2")
+    assert profile == "jetpack-6.2" or (flags["int8"] and flags["fp16"] and "calibrator" not in flags)
+    from mlit_edge.runtime import Classifier
+
+    with Classifier.load(result.artifact) as clf:
+        np.testing.assert_allclose([p.prob for p in clf.predict(images)], want, atol=1e-4)
+
+
+def test_a_uint8_input_plan_is_fed_pixels_as_uint8(monkeypatch, tmp_path, graphs):
+    """`--raw-input --input-dtype uint8` on JetPack 5.1: the plan's input binding is UINT8, the runner binds it
+    as such and the classifier feeds it pixels."""
+    onnx = graphs["jetpack-5.1/uint8"].with_name("m-fp16.onnx")
+    images = _images()
+    want = _onnx_probs(onnx, images)
+    install(monkeypatch, "jetpack-5.1")
+    result = _build(tmp_path, onnx, precision="fp16", batch=1)
+    assert result.record["engine"]["io"]["inputs"][0]["dtype"] == "uint8"
+    from mlit_edge.runtime import Classifier
+
+    with Classifier.load(result.artifact) as clf:
+        assert clf.runner.input_dtype == "uint8"
+        np.testing.assert_allclose([p.prob for p in clf.predict(images)], want, atol=1e-4)
