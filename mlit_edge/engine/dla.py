@@ -14,7 +14,10 @@ The rules, from NVIDIA's own answers, live here once:
 - which layers the DLA takes is TensorRT's own answer, `IBuilderConfig.can_run_on_DLA(layer)` (pyCore.cpp,
   every release above); the others fall back to the GPU with BuilderFlag.GPU_FALLBACK, and the sidecar
   records them and their count as the *requested* placement (the builder's own later splits are the built
-  engine's to report). Off a TensorRT with DLA (TensorRT-RTX has none) that is not measurable.
+  engine's to report). The built engine does not say it in a form read here: its inspector shows a DLA
+  subgraph as one `{ForeignNode[first...last]}` layer, the name Myelin's GPU subgraphs also take, and NVIDIA's
+  answer is "DLA layer information is in the verbose log" (zerollzeng, NVIDIA/TensorRT#3143). Off a TensorRT
+  with DLA (TensorRT-RTX has none) none of it is measurable.
 """
 from __future__ import annotations
 
