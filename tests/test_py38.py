@@ -1,32 +1,32 @@
 """The device side runs on Python 3.8 (JetPack 5.1 is Ubuntu 20.04): every module a Jetson imports is
 checked here for what Python 3.9+ added.
 
-The package's requires-python (>=3.10) is the workstation's; deploy/install-jetson.sh installs the device
-side on JetPack 5 with `--ignore-requires-python`, so nothing but this file stands between a 3.9+ construct
-and a device that fails at import. The modules checked are found, not listed: the device's entry points
-are imported with torch and the ONNX tooling blocked, and whatever `mlit_edge` module that loads is
+The package's requires-python is >=3.8 and its dependencies carry markers (the workstation's, torch and the ONNX
+tooling, from 3.10 on), so JetPack 5.1's pip installs it as it is: tests/test_py38_install.py has a real 3.8's pip
+install it and runs `mlit-edge predict` there. The modules checked are found, not listed: the device's entry
+points are imported with torch and the ONNX tooling blocked, and whatever `mlit_edge` module that loads is
 checked, with the whole runtime, the CLI modules the device runs and engine/trt_sources.py. A module
 added to the device path is checked without editing this file.
 
-Two static checks always run, because the suite cannot count on a Python 3.8 interpreter: CI and most
-workstations have none, and where this was written `python3.8` on PATH was a pyenv shim that does not run
-(pyenv's own 3.8.18 was there, without numpy). So these are the evidence that always runs:
+Three checks:
   1. vermin (the dev extra) with --target=3.8-: stdlib names, keyword arguments, syntax and, where a
      module's annotations are evaluated, builtin generics and `X | Y` unions in them;
   2. `newer_than_38` below: what vermin cannot see without knowing types: `name.removesuffix(...)` on a
      variable (vermin flags it only on a literal), `Path.is_relative_to`, and `list[int]` or `int | None`
      evaluated at run time outside an annotation (a type alias, a class-body annotation that
-     `typing.get_type_hints` reads).
-Where a real Python 3.8 is found (MLIT_PYTHON38=/path/to/python3.8, `python3.8` on PATH, or pyenv's),
-every checked module is also compiled by it, and imported by it when it has numpy, Pillow and click.
+     `typing.get_type_hints` reads);
+  3. a real CPython 3.8 (MLIT_PYTHON38=/path/to/python3.8, `python3.8` on PATH, or pyenv's; CI's machine image
+     has pyenv's 3.8.18) compiles every checked module, and the venv `python tools/fetch_test_deps.py` builds
+     with JetPack 5.1's numpy, Pillow and click (.cache/py38-venv) imports the device's entry points with torch
+     and the ONNX tooling blocked. Only 1 and 2 run where there is no Python 3.8 at all (the third skips, saying
+     so); where there is one and the venv is missing, the third fails, naming the fetch command. 1 and 2 name the
+     file, line and feature of every break; an import on 3.8 stops at the first.
 """
 from __future__ import annotations
 
 import ast
-import glob
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import NO_TORCH, ROOT
+from tools.fetch_test_deps import find_python38, py38_python, py38_venv_cached, py38_venv_missing_message
 
 PACKAGE = ROOT / "mlit_edge"
 # What a Jetson runs: `mlit-edge build --onnx ...`, predict, serve, stream and bench (deploy/README.md), with
@@ -202,14 +203,7 @@ def test_the_check_names_file_line_and_feature_of_a_38_break(tmp_path):
 
 def python38() -> str | None:
     """A Python 3.8 interpreter that runs, if this machine has one (a pyenv shim on PATH may not)."""
-    candidates = [os.environ.get("MLIT_PYTHON38"), shutil.which("python3.8"),
-                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))]
-    for exe in filter(None, candidates):
-        proc = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"], capture_output=True,
-                              text=True)
-        if proc.returncode == 0 and proc.stdout.strip() == "True":
-            return exe
-    return None
+    return find_python38()
 
 
 @pytest.mark.skipif(python38() is None, reason="no Python 3.8 interpreter here (MLIT_PYTHON38=... names one)")
@@ -218,8 +212,10 @@ def test_a_real_python_38_compiles_and_imports_the_device_path(modules):
     code = "import ast, sys\nfor p in sys.argv[1:]:\n    ast.parse(open(p).read(), p)\n"
     proc = subprocess.run([exe, "-c", code, *map(str, modules)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    if subprocess.run([exe, "-c", "import numpy, PIL, click"], capture_output=True).returncode != 0:
-        pytest.skip(f"{exe} compiles every device module; it has no numpy, Pillow and click to import them")
-    proc = subprocess.run([exe, "-c", DEVICE_IMPORTS], capture_output=True, text=True,
+    if not py38_venv_cached():  # JetPack 5.1's numpy, Pillow and click (and ONNX Runtime 1.19.2, blocked here)
+        pytest.fail(f"{exe} compiles every device module; to import them, " + py38_venv_missing_message())
+    proc = subprocess.run([str(py38_python()), "-c", DEVICE_IMPORTS], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {Path(line).resolve() for line in proc.stdout.splitlines() if line.strip()}
+    assert {PACKAGE.resolve() / "runtime" / "__init__.py", PACKAGE.resolve() / "cli" / "__init__.py"} <= imported

@@ -2,13 +2,19 @@
 
     python tools/fetch_test_deps.py    # part of the README's test command; does nothing for what is cached
 
-Two things, both from the package index, both kept out of the environment:
+Three things from the package index, all kept out of the environment:
 - TensorRT 10.13's type stubs (`tensorrt-stubs`), unpacked and repaired by tools/typecheck_trt.py, which
   tests/engine/test_api.py runs mypy with (the wheel depends on TensorRT itself, and installed it would
   shadow `tensorrt` with an empty package);
 - cuda-python 12.2.1, JetPack 6.0's version, installed with `--no-deps --target` into a folder of its own,
   where tests/engine/test_api.py looks up the `cuda.cudart` names the runner uses (the environment has a
-  newer cuda-python, whose path is `cuda.bindings.runtime`).
+  newer cuda-python, whose path is `cuda.bindings.runtime`);
+- a Python 3.8 venv in .cache/py38-venv with the device's dependencies as deploy/install-jetson.sh installs them
+  on JetPack 5.1 (its numpy, Pillow and click pins; onnxruntime 1.19.2, the newest for Python 3.8, as WITH_ORT=1
+  gets there), where tests/test_py38_install.py has pip install the checkout without --ignore-requires-python
+  and runs `mlit-edge predict` through ONNX Runtime 1.19.2. It needs a Python 3.8 interpreter (MLIT_PYTHON38,
+  `python3.8` on PATH, or pyenv's); without one the step is skipped, saying so, and so are those tests. The
+  checkout itself is not installed there (it would be a snapshot): the tests install a fresh copy.
 
 And one from Debian's packages, where none is installed: `python3-gi` (PyGObject), whose GLib.KeyFile parses
 the DeepStream configs in tests/runtime/test_deepstream.py as DeepStream itself reads them (installed as
@@ -18,7 +24,10 @@ The tests download nothing: when something is missing they fail, naming this com
 """
 from __future__ import annotations
 
+import glob
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +67,103 @@ def fetch_cuda_python(folder: Path = CUDA_PYTHON_DIR) -> bool:
     return True
 
 
+# ------------------------------------------------------------------ JetPack 5.1's Python 3.8, with its pins
+
+PY38_VENV = ROOT / ".cache" / "py38-venv"
+PY38_DONE = PY38_VENV / "mlit-edge-fetched.json"  # written last: a venv without it is rebuilt from scratch
+INSTALL_JETSON = ROOT / "deploy" / "install-jetson.sh"
+# what WITH_ORT=1 (`pip install onnxruntime`) gets on Python 3.8: the last ONNX Runtime with a cp38 wheel
+ORT_PY38 = "onnxruntime==1.19.2"
+# not the device's: the tests have pip build the checkout's metadata offline (--no-build-isolation), where a
+# device's pip fetches the build backend (pyproject.toml's build-system) itself
+BUILD_BACKEND = "setuptools>=68"
+
+
+def find_python38() -> str | None:
+    """A Python 3.8 interpreter that runs (a pyenv shim on PATH may not): MLIT_PYTHON38, `python3.8` on PATH, or
+    pyenv's 3.8.x; None where there is none."""
+    candidates = [os.environ.get("MLIT_PYTHON38"), shutil.which("python3.8"),
+                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))]
+    for exe in filter(None, candidates):
+        try:
+            proc = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"],
+                                  capture_output=True, text=True, timeout=60)
+        except OSError:
+            continue
+        if proc.returncode == 0 and proc.stdout.strip() == "True":
+            return exe
+    return None
+
+
+def jetpack51_pins(script: Path = INSTALL_JETSON) -> list[str]:
+    """The numpy, Pillow and click requirements deploy/install-jetson.sh installs on JetPack 5.1 (L4T R35), read
+    from the script, so that the venv follows it."""
+    text = script.read_text()
+    block = re.search(r"^\s*35\.\[2-6\]\.\*\)(.*?)^\s*;;", text, re.S | re.M)
+    if block is None:
+        raise SystemExit(f"{script}: no JetPack 5.1 (35.[2-6].*) profile to read the pins from")
+    pins = dict(re.findall(r'\b(numpy|pillow|click)="([^"]+)"', block.group(1)))
+    if sorted(pins) != ["click", "numpy", "pillow"]:
+        raise SystemExit(f"{script}: the JetPack 5.1 profile sets {sorted(pins)}, not numpy, pillow and click")
+    return [pins["numpy"], pins["pillow"], pins["click"]]
+
+
+def py38_requirements() -> list[str]:
+    return [*jetpack51_pins(), ORT_PY38, BUILD_BACKEND]
+
+
+def py38_python(venv: Path = PY38_VENV) -> Path:
+    return venv / "bin" / "python"
+
+
+def py38_venv_cached(venv: Path = PY38_VENV) -> bool:
+    """The venv is whole (its record written last), made for today's requirements, and its python runs."""
+    try:
+        done = json.loads((venv / PY38_DONE.name).read_text())
+    except (OSError, ValueError):
+        return False
+    if done.get("requirements") != py38_requirements():
+        return False
+    proc = subprocess.run([str(py38_python(venv)), "-c", "import sys; print(sys.version_info[:2] == (3, 8))"],
+                          capture_output=True, text=True)
+    return proc.returncode == 0 and proc.stdout.strip() == "True"
+
+
+def py38_venv_missing_message(venv: Path = PY38_VENV) -> str:
+    return (f"the Python 3.8 venv with JetPack 5.1's device dependencies ({', '.join(py38_requirements())}) "
+            f"is missing from {venv} or out of date: `{COMMAND}` builds it from the package index")
+
+
+def fetch_py38_venv(venv: Path = PY38_VENV) -> str:
+    """Builds the JetPack 5.1 venv (whole or not at all: the record that says it is whole is written last, and
+    a venv without it is removed first); a line saying what happened."""
+    if py38_venv_cached(venv):
+        return f"Python 3.8 venv (JetPack 5.1's pins, {ORT_PY38}): cached in {venv}"
+    exe = find_python38()
+    if exe is None:
+        return ("Python 3.8 venv (JetPack 5.1's pins): skipped, no Python 3.8 interpreter here (MLIT_PYTHON38=... "
+                "names one); tests/test_py38_install.py skips")
+    requirements = py38_requirements()
+    shutil.rmtree(venv, ignore_errors=True)
+    python = str(py38_python(venv))
+    # as deploy/install-jetson.sh does on the device: a venv, pip upgraded, then the pins (ORT as WITH_ORT=1)
+    for cmd in ([exe, "-m", "venv", str(venv)],
+                [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "pip"],
+                [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise SystemExit(f"cannot build the Python 3.8 venv in {venv}: {' '.join(cmd)}: "
+                             f"{proc.stderr.strip()[-500:]}")
+    freeze = subprocess.run([python, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    done = venv / PY38_DONE.name
+    tmp = done.with_name(done.name + ".partial")
+    tmp.write_text(json.dumps({"python": exe, "requirements": requirements, "installed": freeze}, indent=1) + "\n")
+    os.replace(tmp, done)
+    return f"Python 3.8 venv (JetPack 5.1's pins, {ORT_PY38}): built in {venv} with {exe}"
+
+
 GI_CHECK = "from gi.repository import GLib"
 
 
@@ -86,6 +192,7 @@ def main() -> int:
     fetched = fetch_cuda_python()
     print(f"{CUDA_PYTHON}: {'fetched into' if fetched else 'cached in'} {CUDA_PYTHON_DIR}")
     print(ensure_gi())
+    print(fetch_py38_venv())
     return 0
 
 
