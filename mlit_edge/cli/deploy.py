@@ -180,11 +180,23 @@ def check_cmd(onnx_path: str, no_build: bool, jetpack: str | None, tensorrt: str
 @click.option("--repo", required=True, type=click.Path(file_okay=False),
               help="The Triton model repository (created if missing); the model goes in REPO/NAME.")
 @click.option("--name", default=None, help="The model's name in Triton [default: the artifact's, e.g. mlit-xxs-fp16].")
+@click.option("--kind", default="gpu", show_default=True, type=click.Choice(["gpu", "cpu"]),  # triton_config.KINDS
+              help="Where Triton runs it. gpu: KIND_GPU; an .onnx also gets ONNX Runtime's TensorRT accelerator, "
+                   "precision_mode from its precision (FP32, FP16, INT8 for TensorRT's Q/DQ graph), engines cached "
+                   "(an -ort graph, made for ONNX Runtime's CPU kernels, is refused: pass cpu). cpu: KIND_CPU, no "
+                   "accelerator (an .onnx only: a plan runs on the GPU alone).")
+@click.option("--engine-cache", default=None, metavar="DIR",
+              help="With an .onnx and --kind gpu: an existing folder on the serving machine, absolute as tritonserver "
+                   "sees it, under which the TensorRT accelerator keeps this artifact's engines across restarts, in "
+                   "mlit-edge-NAME-SHA (SHA: the artifact's sha256; ONNX Runtime's own cache key ignores the weights) "
+                   "[default: /tmp (triton_config.DEFAULT_ENGINE_CACHE): any user may write it, cleared at boot; "
+                   "give a folder only Triton's user writes to keep engines across reboots].")
 @user_errors
-def export_triton(artifact: str, repo: str, name: str | None) -> None:
+def export_triton(artifact: str, repo: str, name: str | None, kind: str, engine_cache: str | None) -> None:
     """A Triton Inference Server model folder for a .plan or .onnx artifact: REPO/NAME/config.pbtxt (platform,
-    batch, input and output names, types and dims from the artifact itself), REPO/NAME/1/model.plan or
-    model.onnx, and the sidecar as REPO/NAME/mlit-edge.json.
+    batch, input and output names, types and dims from the artifact itself, instance kind and accelerator from
+    --kind, checked against Triton's documented rules), REPO/NAME/1/model.plan or model.onnx, and the sidecar as
+    REPO/NAME/mlit-edge.json.
 
     \b
     Then, on the device (JetPack's Triton build; not run on the project's machines):
@@ -192,28 +204,39 @@ def export_triton(artifact: str, repo: str, name: str | None) -> None:
     """
     from ..runtime.triton import write_repository
 
-    click.echo(str(write_repository(artifact, repo, name, warn=lambda line: click.echo(f"warning: {line}", err=True))))
+    click.echo(str(write_repository(artifact, repo, name, warn=lambda line: click.echo(f"warning: {line}", err=True),
+                                    kind=kind, engine_cache=engine_cache)))
 
 
 @click.command("export-deepstream")
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="The folder to write (must not exist): the artifact, config_infer_mlit.txt, labels.txt and "
-                   "deepstream_app_config.txt.")
+              help="The folder to write (must not exist): the model (an .onnx becomes NAME-probabilities.onnx), "
+                   "config_infer_mlit.txt, labels.txt and deepstream_app_config.txt.")
 @click.option("--uri", default=None, help="The deepstream-app config's file source [default: DeepStream's "
                                           "samples/streams/sample_720p.mp4].")
+@click.option("--batch", default=1, show_default=True, type=int,
+              help="Sources batched per inference: the deepstream-app config reads --uri this many times, and "
+                   "streammux, primary-gie and nvinfer batch that many frames (1 to 1024; a graph exported with a "
+                   "fixed batch must have batch 1: nvinfer builds with a batch profile from 1).")
+@click.option("--threshold", default=0.0, show_default=True, type=float,
+              help="nvinfer's classifier-threshold, a probability from 0 to 1: the top class is attached when its "
+                   "probability is above it (0: always).")
 @user_errors
-def export_deepstream(artifact: str, out: str, uri: str | None) -> None:
-    """DeepStream files for a .plan or portable .onnx artifact: an nvinfer classifier config (network-type=1,
+def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, threshold: float) -> None:
+    """DeepStream files for an .onnx artifact (or a .plan that already outputs probabilities): a copy of the
+    graph ending in Softmax (one float32 'probabilities' output), an nvinfer classifier config (network-type=1,
     infer-dims, batch-size, network-mode from the precision, RGB, net-scale-factor and offsets from the recorded
-    mean and std, output-blob-names=logits), the labels file, and a deepstream-app config on a file source.
+    mean and std, the engine nvinfer caches named as model-engine-file), the labels file, and a deepstream-app
+    config on a file source. Every file is checked against DeepStream's own parsing rules (DeepStream 6.2's
+    sources) before the folder is written; a file that would fail is refused in one line.
 
     \b
     nvinfer takes one net-scale-factor: a model whose std differs per channel is refused with the fix,
     an export with --raw-input (the normalisation inside the graph; then 1 and 0).
-    Then, on the device (not run on the project's machines):
+    Then, on the Jetson (not run on the project's machines; docs/deepstream.md):
       cd OUT && deepstream-app -c deepstream_app_config.txt
     """
     from ..runtime.deepstream import SAMPLE_STREAM, write_deepstream
 
-    click.echo(str(write_deepstream(artifact, out, uri or SAMPLE_STREAM)))
+    click.echo(str(write_deepstream(artifact, out, uri or SAMPLE_STREAM, batch=batch, threshold=threshold)))

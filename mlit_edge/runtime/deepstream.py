@@ -1,50 +1,54 @@
-"""DeepStream for one artifact: an `nvinfer` classifier config, its labels file and a minimal `deepstream-app`
-config that runs it on a file, written from the artifact's sidecar (`mlit-edge export-deepstream`).
+"""DeepStream for one artifact: an `nvinfer` classifier config, its labels file, the model nvinfer runs and a
+minimal `deepstream-app` config on a file source (`mlit-edge export-deepstream`), checked against DeepStream's
+own parsing rules (`nvinfer_rules`, cited to DeepStream 6.2's sources) before the folder is published.
 
-What the files say, and where NVIDIA documents it (the Gst-nvinfer page of the DeepStream developer guide,
-https://docs.nvidia.com/metropolis/deepstream/dev-guide/text/DS_plugin_gst-nvinfer.html; the property names
-as `gstnvinfer_property_parser.h` defines them):
-- nvinfer's preprocessing is `y = net-scale-factor * (x - offsets[c])`, x the scaled pixel in [0, 255]. Our
-  normalisation `(x / 255 - mean_c) / std_c` is that with net-scale-factor 1 / (255 std) and offsets 255 mean_c,
-  but only when std is the same for every channel: one net-scale-factor cannot hold ImageNet's three. Such an
-  artifact is refused with the `--raw-input` export that moves the normalisation into the graph (then 1 and 0).
-- `network-type=1` is a classifier, `process-mode=1` the full frame, `network-mode` 0/1/2 is FP32/INT8/FP16,
-  `model-color-format=0` RGB (our models take RGB), `infer-dims` is C;H;W, `output-blob-names` our `logits`.
-- A classifier's labels file is one line per output layer, the labels separated by ';' (the same guide's
-  labelfile-path): a class name holding ';' or a line break would shift every later class, and is refused.
-- The graph outputs logits, not probabilities. nvinfer's default classifier parser attaches the class of the
-  largest output value when that value is above `classifier-threshold` (the SDK's sample softmax parser,
-  `nvdsinfer_customclassifierparser.cpp`, reads the outputs as probabilities the same way), so a threshold
-  meant as a probability would be compared with a logit. The config sets it far below any logit, so the
-  threshold never hides the top class; but the parser's running maximum starts at 0 (DeepStream 7.0's
-  nvdsinfer_context_impl_output_parsing.cpp, ClassifyPostprocessor::parseAttributesFromSoftmaxLayers), so an
-  image whose every logit is negative gets no class. The confidence in the metadata is a logit.
-- nvinfer feeds float32 only: its preprocessing (sources/libs/nvdsinfer/nvdsinfer_context_impl.cpp,
-  InferPreprocessor::transform) writes each frame into the input binding through an NvDsInferConvert_* kernel,
-  and every one of them writes float (nvdsinfer_conversion.h: "planar float output", `float *outBuffer`). A
-  `--input-dtype uint8` graph would read those bytes as pixels, so it is refused with the float32 export.
-- The resize is the one step that can still differ: nvinfer scales with its own filter (`scaling-filter`, an
-  NvBufSurfTransformInter value). The config asks for bilinear (1), measured close to ours; nearest is not.
-Not run here: no DeepStream and no Jetson on the project's machines. The tests parse every file with GLib's
-own key-file parser (what DeepStream reads them with) and replay the preprocessing on real images.
+What the files say, and why:
+- The model is a copy of the ONNX that ends in Softmax: one float32 `probabilities` output (`graph_outputs`),
+  since nvinfer's default classifier parser reads every output as float probabilities. classifier-threshold is
+  then a probability, 0 by default: the parser keeps the top class when it is above the threshold, so every
+  frame gets its top class, with its probability as the confidence. A `.plan` cannot be edited: it is taken
+  only when its one output already is float32 probabilities, built on a Jetson with TensorRT
+  (`plan_consumer`); otherwise the ONNX is the fix.
+- nvinfer builds the engine from the ONNX at the first start and caches it beside it under its own name,
+  `<onnx>_b<batch>_gpu<id>_<mode>.engine` (nvdsinfer_model_builder.cpp, TrtModelBuilder::buildModel), which
+  the config names as model-engine-file, so later starts load it instead of building again.
+- Preprocessing: nvinfer computes `y = net-scale-factor * (x - offsets[c])` on pixels in [0, 255]. Our
+  `(x / 255 - mean_c) / std_c` is that with net-scale-factor 1 / (255 std) and offsets 255 mean_c, when std is
+  one number for every channel: a per-channel std is refused with the `--raw-input` export (then 1 and 0).
+  nvinfer writes float32 into the input binding (nvdsinfer_context_impl.cpp, InferPreprocessor::transform;
+  every NvDsInferConvert_* kernel outputs float): a `--input-dtype uint8` graph is refused the same way.
+- network-type=1 (classifier), process-mode=1 (full frames), network-mode 0/1/2 = FP32/INT8/FP16,
+  model-color-format=0 (RGB), infer-dims C;H;W, scaling-filter=1 (bilinear: nearest cost the shipped model
+  4.4 points of top-1 on enlarged digits, benchmarks/deepstream_resize.py). An INT8 (Q/DQ) graph gets
+  network-mode=1 and an int8-calib-file that exists: without one nvinfer falls back to FP16 without
+  TensorRT's INT8 flag, which a Q/DQ graph needs; the graph carries its own scales.
+- batch-size is the number of sources (1, or `--batch N` copies of the file source), the same in
+  [streammux], [primary-gie] and the nvinfer config; a graph of fixed batch must match it.
+Not run here: no DeepStream and no Jetson on the project's machines (docs/deepstream.md says what is verified).
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .graph_outputs import PROBABILITIES, io_facts, with_probabilities
 from .input_convention import NORMALISED, PIXELS, UINT8, check_graph, convention_of, describe, dtype_of
+from .nvinfer_rules import MAX_BATCH, ModelFacts, check_app, check_nvinfer, engine_cache_name
+from .plan_consumer import check_plan_consumer
 from .schema import ArtifactRecord, check_runtime, classifier_fields
-from .sidecar import read_sidecar
+from .sidecar import read_sidecar, user_fields, write_sidecar
 
-NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode
-ALWAYS = -1e9  # classifier-threshold below any logit (the parser still drops a top logit <= 0: module docstring)
+NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode (NvDsInferNetworkMode)
 CONFIG, LABELS, APP = "config_infer_mlit.txt", "labels.txt", "deepstream_app_config.txt"
+CALIB = "int8-calib-file.txt"
 SAMPLE_STREAM = "file:///opt/nvidia/deepstream/deepstream/samples/streams/sample_720p.mp4"  # in every install
 STD_TOLERANCE = 1e-9  # [ours] relative: the channels' std must be one number for one net-scale-factor
+TRT_DTYPES = {"float": "float32", "half": "float16"}  # engine.io names types as TensorRT does
 
 
 def scale_and_offsets(record: dict, path: str | Path) -> tuple[float, list[float]]:
@@ -71,67 +75,146 @@ def labels_text(classes: Sequence[str], path: str | Path) -> str:
     return ";".join(classes) + "\n"
 
 
-def _batch(record: dict) -> int:
+@dataclass(frozen=True)
+class Model:
+    """The model file that goes into the folder, its sidecar record and what nvinfer will find in it."""
+
+    name: str
+    content: bytes
+    record: dict
+    facts: ModelFacts
+
+
+def _onnx_model(artifact: Path, content: bytes, record: dict) -> Model:
+    """The DeepStream copy of an ONNX: its graph ending in float32 probabilities, with its own sidecar."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise ValueError(f"{artifact.name}: the DeepStream copy of an ONNX (its probabilities output) needs the onnx "
+                         "package: pip install onnx, or run export-deepstream on the workstation") from None
+    try:
+        copy = with_probabilities(content)
+    except ValueError as e:
+        raise ValueError(f"{artifact.name}: {e}") from None
+    inputs, outputs, quantized = io_facts(copy)
+    name, dtype, dims = inputs[0]
+    check_graph(record, name, artifact, dtype)
+    if any(not isinstance(d, int) for d in dims[1:]) or len(dims) != 4:
+        raise ValueError(f"{artifact.name}: its input {name!r} is {dims}, expected (batch, 3, H, W) with H and W fixed")
+    derived = user_fields(record)
+    derived.update(outputs=[PROBABILITIES], made_from={"artifact": artifact.name, "sha256": record.get("sha256")},
+                   output={"name": PROBABILITIES, "kind": "probabilities", "dtype": "float32",
+                           "op": "Softmax over the classes of logits (graph_outputs.with_probabilities)"})
+    classes = outputs[0][2][-1] or len(record["classes"])  # the graph's own count, which the labels must match
+    facts = ModelFacts(tuple(dims[1:]), tuple((o[0], o[1]) for o in outputs), classes, batch=dims[0],
+                       quantized=quantized)
+    return Model(f"{artifact.name[:-len('.onnx')]}-probabilities.onnx", copy, derived, facts)
+
+
+def _plan_model(artifact: Path, content: bytes, record: dict) -> Model:
+    """A plan, as it is: taken only when DeepStream on a Jetson loads it and its one output is float32
+    probabilities (a plan cannot be given a Softmax or a Cast)."""
+    check_plan_consumer(record, artifact, "deepstream")
     rec = ArtifactRecord.of(record)
-    return rec.batch if isinstance(rec.batch, int) else int(rec.max_batch or 1)
+    io = rec.engine_io or {}
+    inputs = [t for t in io.get("inputs", []) if isinstance(t, dict)]
+    outputs = [t for t in io.get("outputs", []) if isinstance(t, dict)]
+    said = [(str(t.get("name")), TRT_DTYPES.get(str(t.get("dtype")), str(t.get("dtype")))) for t in outputs]
+    probabilities = (record.get("output") or {}).get("kind") == "probabilities"
+    if len(said) != 1 or said[0][1] != "float32" or not probabilities:
+        got = ", ".join(f"{n} ({d})" for n, d in said) or "no recorded outputs"
+        raise ValueError(f"{artifact.name} outputs {got}, and nvinfer's classifier parser reads one float32 output "
+                         "of probabilities; a plan cannot be changed: pass the ONNX it was built from "
+                         f"({record.get('source_onnx') or 'X.onnx'}) to export-deepstream instead (nvinfer builds "
+                         "and caches the engine itself)")
+    shape = inputs[0].get("shape") if inputs else None
+    if not isinstance(shape, list) or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
+        raise ValueError(f"{artifact.name}.json records no (batch, 3, H, W) input in engine.io; rebuild the plan")
+    check_graph(record, inputs[0].get("name"), artifact, inputs[0].get("dtype"))
+    fixed = shape[0] if shape[0] > 0 else None
+    profile = (fixed, fixed) if fixed else (int(rec.min_batch or 1), int(rec.max_batch or 1))
+    out_shape = outputs[0].get("shape")
+    classes = out_shape[-1] if isinstance(out_shape, list) and out_shape and isinstance(out_shape[-1], int) \
+        and out_shape[-1] > 0 else len(record["classes"])
+    facts = ModelFacts(tuple(shape[1:]), tuple(said), classes, plan_profile=profile)
+    return Model(artifact.name, content, dict(record), facts)
 
 
-def nvinfer_config(record: dict, model_file: str, path: str | Path) -> str:
-    """The `[property]` group of an nvinfer classifier for the artifact `model_file` (beside the config)."""
+def nvinfer_config(record: dict, model: Model, path: str | Path, batch: int = 1, threshold: float = 0.0) -> str:
+    """The `[property]` group of an nvinfer classifier running `model` (beside the config) on `batch` frames."""
     scale, offsets = scale_and_offsets(record, path)
-    size = record["preprocess"]["size"]
-    model_key = "model-engine-file" if model_file.endswith(".plan") else "onnx-file"
+    c, h, w = model.facts.chw
     precision = record.get("precision", "fp32")
+    mode, output = NETWORK_MODE[precision], model.facts.outputs[0][0]
     lines = [f"# mlit-edge: {Path(path).name}; the input takes {describe(record)}",
-             "# the graph outputs logits: classifier-threshold is below any of them; the default parser still attaches "
-             "no class when the top logit is <= 0 (its confidence is a logit)",
+             "# the model outputs probabilities (Softmax, float32): classifier-threshold is a probability, and the "
+             "top class is attached when it is above it",
              "[property]", "gpu-id=0", f"net-scale-factor={scale!r}", "offsets=" + ";".join(repr(o) for o in offsets),
-             "model-color-format=0", f"{model_key}={model_file}", f"labelfile-path={LABELS}",
-             f"infer-dims=3;{size};{size}", f"batch-size={_batch(record)}", f"network-mode={NETWORK_MODE[precision]}",
-             "network-type=1", "process-mode=1", "output-blob-names=logits", f"classifier-threshold={ALWAYS!r}",
-             "gie-unique-id=1", "maintain-aspect-ratio=0",
-             "# 1: NvBufSurfTransformInter_Bilinear (nvbufsurftransform.h); nearest cost the shipped model 4.4 points",
-             "# of top-1 on enlarged digits (benchmarks/deepstream_resize.py, docs/runtime.md)", "scaling-filter=1"]
-    if precision == "int8":
-        lines.insert(2, "# INT8 is in the graph (Q/DQ, calibrated by mlit-edge): it needs no int8-calib-file")
+             "model-color-format=0"]
+    if model.name.endswith(".onnx"):
+        lines += [f"onnx-file={model.name}",
+                  "# the engine nvinfer builds at the first start and caches under this name, loaded at later starts",
+                  f"model-engine-file={engine_cache_name(model.name, batch, 0, mode)}"]
+    else:
+        lines.append(f"model-engine-file={model.name}")
+    if mode == NETWORK_MODE["int8"] and model.name.endswith(".onnx"):
+        lines += ["# INT8 is in the graph (Q/DQ): nvinfer sets TensorRT's INT8 flag only when int8-calib-file names",
+                  "# a file that exists; the Q/DQ scales are used, not that file", f"int8-calib-file={CALIB}"]
+    lines += [f"labelfile-path={LABELS}", f"infer-dims={c};{h};{w}", f"batch-size={batch}", f"network-mode={mode}",
+              "network-type=1", "process-mode=1", f"output-blob-names={output}"]
+    if model.name.endswith(".onnx"):  # applied when nvinfer builds: the classifier parser reads float
+        lines.append(f"output-io-formats={output}:fp32:chw")
+    lines += [f"classifier-threshold={float(threshold)!r}", "gie-unique-id=1", "maintain-aspect-ratio=0",
+              "# 1: NvBufSurfTransformInter_Bilinear (nvbufsurftransform.h); nearest cost the shipped model 4.4 points",
+              "# of top-1 on enlarged digits (benchmarks/deepstream_resize.py, docs/runtime.md)", "scaling-filter=1"]
     return "\n".join(lines) + "\n"
 
 
 def app_config(uri: str, batch: int) -> str:
-    """A minimal deepstream-app config: one file source, the classifier on full frames, a fake sink."""
+    """A minimal deepstream-app config: `batch` copies of one file source (a MultiURI source, whose uri is a
+    printf format: '%' written '%%'), the classifier on full frames batching one frame of each, a fake sink."""
+    columns = math.ceil(math.sqrt(batch))  # more than one source: tiled, or only source 0 would reach the sink
+    tiles = [] if batch == 1 else ["", "[tiled-display]", "enable=1", f"rows={math.ceil(batch / columns)}",
+                                   f"columns={columns}", "width=1280", "height=720"]
     return "\n".join([
         "# deepstream-app -c " + APP, "[application]", "enable-perf-measurement=1", "perf-measurement-interval-sec=5",
-        "", "[source0]", "enable=1", "type=3", f"uri={uri}", "num-sources=1",
+        "", "[source0]", "enable=1", "type=3", f"uri={uri.replace('%', '%%')}", f"num-sources={batch}",
         "", "[streammux]", "live-source=0", f"batch-size={batch}", "width=1280", "height=720",
         "batched-push-timeout=40000",
         "", "[primary-gie]", "enable=1", f"config-file={CONFIG}", "gie-unique-id=1", f"batch-size={batch}",
-        "", "[osd]", "enable=1", "display-text=1",
+        *tiles, "", "[osd]", "enable=1", "display-text=1",
         "", "[sink0]", "enable=1", "type=1", "sync=0", ""])
 
 
-def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_STREAM) -> Path:
-    """`out/` with the artifact, its nvinfer config, labels and a deepstream-app config; everything checked
-    before anything is written, then staged in a private folder renamed into place (never over a folder)."""
+def check_options(batch: int, threshold: float) -> None:
+    """ValueError (one line) for a batch nvinfer does not take or a threshold that is no probability."""
+    if not 1 <= batch <= MAX_BATCH:
+        raise ValueError(f"--batch {batch}: nvinfer's batch-size is 1 to {MAX_BATCH} (NVDSINFER_MAX_BATCH_SIZE)")
+    if not 0.0 <= threshold <= 1.0:  # nan fails too
+        raise ValueError(f"--threshold {threshold}: a probability from 0 to 1 (the model outputs probabilities)")
+
+
+def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_STREAM, batch: int = 1,
+                     threshold: float = 0.0) -> Path:
+    """`out/` with the model, its nvinfer config, labels and a deepstream-app config; everything checked
+    (DeepStream's rules replayed on the files themselves) before the folder is renamed into place."""
     artifact, out = Path(artifact), Path(out)
     if artifact.suffix not in (".plan", ".onnx"):
         raise ValueError(f"{artifact.name}: DeepStream runs a .plan (TensorRT) or an .onnx it builds itself")
     if not artifact.is_file():
         raise FileNotFoundError(f"{artifact} does not exist")
+    check_options(batch, threshold)
     content = artifact.read_bytes()
     record = read_sidecar(artifact, content=content)  # the sha256 of these bytes, or one line
     classifier_fields(record, artifact)
     check_runtime(record, "tensorrt", artifact)  # an ONNX Runtime artifact's fused attention is no TensorRT graph
-    io = ArtifactRecord.of(record).engine_io
-    inputs = [t for t in (io or {}).get("inputs", []) if isinstance(t, dict)]
-    # engine.io names types as TensorRT does ("float", "uint8"): uint8 is all check_graph compares
-    name, dtype = (inputs[0].get("name"), inputs[0].get("dtype")) if inputs else _onnx_input(content)
-    check_graph(record, name, artifact, dtype)
+    model = (_plan_model if artifact.suffix == ".plan" else _onnx_model)(artifact, content, record)
     if dtype_of(record) == UINT8:
         ckpt = record.get("checkpoint") or "CKPT"
         raise ValueError(f"{artifact.name} takes uint8 input, and nvinfer feeds float32 (its preprocessing writes "
                          f"float into the input binding): export the float32 pixels graph, mlit-edge export "
                          f"--checkpoint {ckpt} --raw-input, and export-deepstream that")
-    config = nvinfer_config(record, artifact.name, artifact)
+    config = nvinfer_config(record, model, artifact, batch, threshold)
     labels = labels_text(record["classes"], artifact)
     if os.path.lexists(out):
         raise FileExistsError(f"{out} already exists; remove it or pass another --out")
@@ -139,11 +222,19 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
-        (staging / artifact.name).write_bytes(content)  # the very bytes that were checked
-        shutil.copyfile(f"{artifact}.json", staging / f"{artifact.name}.json")
+        (staging / model.name).write_bytes(model.content)  # the very bytes that were checked
+        write_sidecar(staging / model.name, model.record)
         (staging / CONFIG).write_text(config)
         (staging / LABELS).write_text(labels, encoding="utf-8")
-        (staging / APP).write_text(app_config(uri, _batch(record)))
+        (staging / APP).write_text(app_config(uri, batch))
+        if f"int8-calib-file={CALIB}" in config.splitlines():
+            (staging / CALIB).write_text("mlit-edge: no calibration table. nvinfer sets TensorRT's INT8 flag only "
+                                         "when int8-calib-file names a file that exists; the model is Q/DQ INT8, "
+                                         "whose scales are in the graph.\n")
+        problems = check_nvinfer(staging / CONFIG, model.facts) + check_app(staging / APP, staging / CONFIG)
+        if problems:
+            raise ValueError(f"{artifact.name}: the DeepStream files would fail: {problems[0]}"
+                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         os.chmod(staging, 0o755)
         staging.rename(out)  # whole or not at all
     except BaseException:
@@ -152,16 +243,5 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     return out
 
 
-def _onnx_input(content: bytes) -> tuple[str | None, str | None]:
-    """The first graph input's name and numpy dtype, (None, None) without onnx (the runtime floor may lack it)."""
-    try:
-        import onnx
-    except ImportError:
-        return None, None
-    from .input_convention import graph_input
-
-    return graph_input(onnx.load_from_string(content))
-
-
 __all__ = ["NORMALISED", "PIXELS", "scale_and_offsets", "labels_text", "nvinfer_config", "app_config",
-           "write_deepstream"]
+           "check_options", "write_deepstream"]

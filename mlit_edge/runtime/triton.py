@@ -23,9 +23,11 @@ from typing import Callable, Optional
 from .artifact import BATCH_PROFILE
 from .graph_scan import default_opset
 from .input_convention import check_graph, describe, onnx_dtype_name
+from .plan_consumer import check_plan_consumer
 from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
 from .sidecar import atomic_path, read_sidecar
-from .triton_config import LABELS, MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, valid_dim
+from .triton_config import (LABELS, MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, placement,
+                             valid_dim)
 
 PLATFORMS = {".plan": ("tensorrt_plan", "model.plan"), ".onnx": ("onnxruntime_onnx", "model.onnx")}
 MAX_NAME = 128  # Triton's model names, as export-triton allows them
@@ -211,13 +213,16 @@ def _umask() -> int:
 
 
 def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None,
-                     warn: Optional[Callable[[str], None]] = None) -> Path:
+                     warn: Optional[Callable[[str], None]] = None, kind: str = "gpu",
+                     engine_cache: str | None = None) -> Path:
     """Write the model folder for `artifact` into the repository `repo`; returns the model folder.
 
     Refuses an artifact that is not an mlit-edge classifier, a name Triton would not accept, a config that
-    does not parse back as meant, and a model folder that already exists (Triton serves every folder it
-    finds; replacing one is the user's call). Everything is checked before the repository is touched. An
-    ONNX's external data files are copied beside model.onnx; `warn` gets the ONNX Runtime version it needs.
+    does not parse back as meant or breaks Triton's rules (`triton_config.check_config`), and a model folder
+    that already exists (Triton serves every folder it finds; replacing one is the user's call). Everything is
+    checked before the repository is touched. An ONNX's external data files are copied beside model.onnx; `warn`
+    gets the ONNX Runtime version it needs. `kind` and `engine_cache`: where Triton runs it
+    (`triton_config.placement`: "gpu", an ONNX with ONNX Runtime's TensorRT accelerator; "cpu", not for a plan).
     """
     artifact, repo = Path(artifact), Path(repo)
     if artifact.suffix not in PLATFORMS:
@@ -227,6 +232,8 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     content = artifact.read_bytes()
     record = read_sidecar(artifact, content=content)  # these bytes' sha256 against the sidecar, or one line
     classifier_fields(record, artifact)
+    if artifact.suffix == ".plan":  # a TensorRT-RTX plan: the TensorRT backend cannot deserialize it
+        check_plan_consumer(record, artifact, "triton")
     name = model_name(name, artifact)
     platform, file_name = PLATFORMS[artifact.suffix]
     inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact)
@@ -237,8 +244,10 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     data = external_data(artifact, file_name) if is_onnx else []
     notes = ort_notes(content, record) if is_onnx else ()
     labelled, label_text = labels(record, outputs, artifact)
+    place = placement(platform, kind, record, name, content, artifact.name, engine_cache)
     config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes, labelled,
-                            describe(record) if len(inputs) == 1 else None)
+                            describe(record) if len(inputs) == 1 else None, place=place,
+                            profile_max=None if is_onnx else ArtifactRecord.of(record).max_batch)
     folder = repo / name
     if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")

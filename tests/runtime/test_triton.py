@@ -56,14 +56,25 @@ def test_static_batch_has_max_batch_zero_and_full_dims(tmp_path):
     static = tmp_path / "mlit-tiny-b4-fp32.onnx"
     _, info = load_for_export(None, "xxs", 10, random_weights=True)
     export_onnx(tiny_model(), static, info, batch=4)
-    cfg, _ = parse(Path(cli("export-triton", static, "--repo", tmp_path / "repo", "--name", "b4").stdout.strip()))
+    cfg, pb2 = parse(Path(cli("export-triton", static, "--repo", tmp_path / "repo", "--name", "b4").stdout.strip()))
     assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
     assert list(cfg.input[0].dims) == [4, 3, 36, 36] and list(cfg.output[0].dims) == [4, 10]
+    # no FORMAT_NCHW on 4 dims: Triton refuses an image format without 3 ("model input NHWC/NCHW require 3 dims",
+    # triton-inference-server/core src/model_config_utils.cc, r25.12); the dynamic batch's 3 dims keep it
+    assert cfg.input[0].format == pb2.ModelInput.FORMAT_NONE
 
 
-@pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (the dev extra installs it)")
+def _tensorrt():
+    """TensorRT itself, or None: Triton's TensorRT backend loads TensorRT plans, not TensorRT-RTX ones."""
+    try:
+        return import_trt("tensorrt")
+    except Exception:  # its one-line error naming what to install
+        return None
+
+
+@pytest.mark.skipif(_tensorrt() is None, reason="needs tensorrt (a TensorRT-RTX plan is refused by export-triton)")
 def test_plan_becomes_a_tensorrt_model_with_its_profile_as_max_batch(tiny, tmp_path):
-    cli("build", "--onnx", tiny, "--precision", "fp32", "--target", "tensorrt-rtx", "--out", tmp_path / "out",
+    cli("build", "--onnx", tiny, "--precision", "fp32", "--target", "tensorrt", "--out", tmp_path / "out",
         "--dynamic-batch", "1,4,16", timeout=600)
     plan = tmp_path / "out" / "mlit-tiny-fp32.plan"
     cfg, pb2 = parse(Path(cli("export-triton", plan, "--repo", tmp_path / "repo").stdout.strip()))
@@ -292,7 +303,10 @@ def test_an_ort_artifact_warns_which_onnxruntime_triton_must_ship_and_a_portable
     art = named_onnx(tmp_path)
     write_sidecar(art, {**json.loads(Path(f"{art}.json").read_text()), "runtime": "onnxruntime",
                         "onnxruntime": {"session": {}, "requires": "1.23"}})
-    proc = cli("export-triton", art, "--repo", tmp_path / "repo")
+    # made for ONNX Runtime's own kernels: not for the GPU default's TensorRT accelerator (test_triton_gpu.py)
+    gpu = cli("export-triton", art, "--repo", tmp_path / "repo", check=False)
+    assert gpu.returncode == 1 and "pass --kind cpu" in gpu.stderr and len(gpu.stderr.strip().splitlines()) == 1
+    proc = cli("export-triton", art, "--repo", tmp_path / "repo", "--kind", "cpu")
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "ONNX Runtime 1.23" in lines[0] and lines[0].startswith("warning:")
     assert "check that your Triton release's ONNX Runtime backend is >= 1.23" in lines[0]
