@@ -27,7 +27,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -71,9 +70,9 @@ def fetch_cuda_python(folder: Path = CUDA_PYTHON_DIR) -> bool:
 
 PY38_VENV = ROOT / ".cache" / "py38-venv"
 PY38_DONE = PY38_VENV / "mlit-edge-fetched.json"  # written last: a venv without it is rebuilt from scratch
-INSTALL_JETSON = ROOT / "deploy" / "install-jetson.sh"
-# what WITH_ORT=1 (`pip install onnxruntime`) gets on Python 3.8: the last ONNX Runtime with a cp38 wheel
-ORT_PY38 = "onnxruntime==1.19.2"
+JETPACKS_JSON = ROOT / "mlit_edge" / "runtime" / "jetpacks.json"  # the device table install-jetson.sh reads
+# what WITH_ORT=1 gets on JetPack 5.1's Python 3.8: the last ONNX Runtime with a cp38 wheel (the table's row)
+ORT_PY38 = f"onnxruntime=={json.loads(JETPACKS_JSON.read_text())['jetpacks']['5.1']['onnxruntime']}"
 # not the device's: the tests have pip build the checkout's metadata offline (--no-build-isolation), where a
 # device's pip fetches the build backend (pyproject.toml's build-system) itself
 BUILD_BACKEND = "setuptools>=68"
@@ -95,16 +94,10 @@ def find_python38() -> str | None:
     return None
 
 
-def jetpack51_pins(script: Path = INSTALL_JETSON) -> list[str]:
-    """The numpy, Pillow and click requirements deploy/install-jetson.sh installs on JetPack 5.1 (L4T R35), read
-    from the script, so that the venv follows it."""
-    text = script.read_text()
-    block = re.search(r"^\s*35\.\[2-6\]\.\*\)(.*?)^\s*;;", text, re.S | re.M)
-    if block is None:
-        raise SystemExit(f"{script}: no JetPack 5.1 (35.[2-6].*) profile to read the pins from")
-    pins = dict(re.findall(r'\b(numpy|pillow|click)="([^"]+)"', block.group(1)))
-    if sorted(pins) != ["click", "numpy", "pillow"]:
-        raise SystemExit(f"{script}: the JetPack 5.1 profile sets {sorted(pins)}, not numpy, pillow and click")
+def jetpack51_pins(table: Path = JETPACKS_JSON) -> list[str]:
+    """The numpy, Pillow and click requirements deploy/install-jetson.sh installs on JetPack 5.1, read from the
+    device table the script reads (mlit_edge/runtime/jetpacks.json), so that the venv follows it."""
+    pins = json.loads(table.read_text())["jetpacks"]["5.1"]["pins"]
     return [pins["numpy"], pins["pillow"], pins["click"]]
 
 

@@ -12,17 +12,22 @@ on performance evaluation or other constraints" (the guide's own caveat). The so
   the alignment requirements by padding it automatically": from 10.14 TensorRT pads itself.
 - NVIDIA/TensorRT#2736 (nvpohanh, 2023-03-08, TensorRT 8.5.3: "This support will be added in TRT 8.6") and #3280
   (nvpohanh, 2023-09-05: "You will need TensorRT 8.6 to get those fusions"): TensorRT 8.5 fuses no MHA from ONNX.
-- NVIDIA/TensorRT#3575 (TensorRT 8.6.10 on Orin: no MHA kernel; zerollzeng: "expected ... the fused mha kernel
-  doesn't enable in TRT 8.6") and #3643 (nvpohanh, 2024-02-02: "Orin fused MHA kernels were added in TensorRT
-  8.6.11/12 ... TRT 8.6.1 does not have it"): JetPack 6.0's TensorRT 8.6.2 is not predicted to fuse. One user
-  in #3643 reports flash attention with 8.6.2 (r36.2): a report, so `--pad-heads 24` lets that be tried.
+- NVIDIA/TensorRT#3575 (TensorRT 8.6.10 of DRIVE OS 6.0.7.0 on Orin: no MHA kernel; zerollzeng: "expected ... the
+  fused mha kernel doesn't enable in TRT 8.6") and #3643 (an Orin NX thread; nvpohanh, 2024-02-02: "Orin fused MHA
+  kernels were added in TensorRT 8.6.11/12, I think. TRT 8.6.1 does not have it"). Those are the only NVIDIA
+  statements about 8.6 on Orin found, and they name 8.6.10 (DRIVE OS's), 8.6.11/12 (the same 8.6.1x numbering)
+  and the desktop's 8.6.1: other release streams than JetPack 6.0's 8.6.2, which no NVIDIA source says fuses or
+  not. So 8.6.2 is not predicted to fuse, and the report says it is a prediction; one user in #3643 reports flash
+  attention with 8.6.2 (dustynv/l4t-pytorch:r36.2.0): a report, so `--pad-heads 24` lets that be tried.
 - NVIDIA/TensorRT#4167: TensorRT 10.3 on Orin (JetPack 6.1) fused FP16 (`_gemm_mha_v2`) but not INT8.
 
 Stdlib only and Python 3.8 syntax (the device's Python imports the runtime).
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
+
+from .profiles import JETPACK_TABLE
 
 MIN_SM = 75  # DG: "SM version must be >= 75"
 FP16_MIN, FP16_MAX, FP16_ALIGN = 16, 256, 8  # DG: "16 <= H <= 256 and H % 8 == 0 for FP16 and BF16"
@@ -30,10 +35,11 @@ INT8_HEADS = (16, 32, 64)  # DG: "Head size must be 16, 32, or 64 ... for INT8"
 INT8_MAX_SEQ = 512  # DG: "sequence lengths (S_q, S_kv) must be <= 512 for INT8"
 FUSED_TYPES = ("float16", "bfloat16", "int8")  # DG: the two batched matmuls' inputs "must be FP16, INT8 ... or BF16"
 PAD_SETTINGS = ("auto", "off")  # or a head size N
-# the Jetson GPUs of each JetPack and their compute capability (NVIDIA's CUDA GPUs table,
-# developer.nvidia.com/cuda-gpus: Xavier 7.2, Orin 8.7; Thor >= 10): the SM rule is decided per profile
-JETSON_SM = {"5.1": (("Xavier", 72), ("Orin", 87)), "6.0": (("Orin", 87),), "6.1": (("Orin", 87),),
-             "6.2": (("Orin", 87),), "7": (("Thor", 100),)}
+# the Jetson GPUs of each JetPack and their compute capability x 10, from jetpacks.json's "modules" (its sources:
+# NVIDIA's CUDA GPUs table for Xavier 7.2 and Orin 8.7; CUDA 13.0's release notes for Thor, SM 11.0 since CUDA 13
+# renumbered SM 10.1 as 11.0): the SM rule is decided per profile
+JETSON_SM: Dict[str, Tuple[Tuple[str, int], ...]] = {
+    jetpack: tuple((name, int(sm)) for name, sm in row["modules"].items()) for jetpack, row in JETPACK_TABLE.items()}
 
 
 def _major_minor(tensorrt: str) -> Tuple[int, int]:
@@ -47,9 +53,10 @@ def version_rule(tensorrt: str) -> Optional[str]:
     version = _major_minor(tensorrt)
     if version < (8, 6):  # NVIDIA/TensorRT#2736, #3280 (NVIDIA): MHA fusion from ONNX came with 8.6
         return f"TensorRT {tensorrt} fuses no attention from an ONNX graph (NVIDIA/TensorRT#2736, #3280: it came in 8.6)"
-    if version < (10, 0):  # #3575 (8.6.10 on Orin), #3643 (NVIDIA: Orin's kernels came in 8.6.11/12)
-        return (f"TensorRT {tensorrt} on Orin is reported not to fuse attention (NVIDIA/TensorRT#3575; #3643: Orin's "
-                "fused kernels came in 8.6.11/12, after JetPack 6.0's 8.6.2)")
+    if version < (10, 0):  # #3575, #3643: NVIDIA on DRIVE OS's 8.6.10-12, nothing on JetPack 6.0's 8.6.2
+        return (f"TensorRT {tensorrt} is not predicted to fuse attention on Orin: the only NVIDIA statements about 8.6 "
+                "on Orin are about DRIVE OS's 8.6.10-12 (NVIDIA/TensorRT#3575, #3643); no NVIDIA source says JetPack "
+                "6.0's 8.6.2 fuses")
     return None
 
 

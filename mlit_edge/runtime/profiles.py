@@ -1,17 +1,20 @@
 """Device profiles: what each JetPack's TensorRT takes, chosen once per export or build and recorded in
 the sidecar.
 
-A Jetson is pinned to the TensorRT of its JetPack for years, so "TensorRT" is a matrix:
+A Jetson is pinned to the TensorRT of its JetPack for years, so "TensorRT" is a matrix. Its release facts (the
+L4T releases, TensorRT, CUDA, Python, pins, container, GPUs) are read from one file, `jetpacks.json` beside
+this module, which deploy/install-jetson.sh, mha_rules.JETSON_SM and the docs' tables follow too
+(tests/engine/test_jetpack_table.py); its sources are in its "sources". What each TensorRT's ONNX parser reads
+is kept here, in PARSER, since it comes from the parser tables, not from a release:
 
-| JetPack | L4T  | TensorRT | CUDA | ONNX parser (onnx-tensorrt docs/operators.md)          | typing |
-|---------|------|----------|------|--------------------------------------------------------|--------|
-| 5.1     | R35  | 8.5.2    | 11.4 | 8.5-GA: opset <= 17, no LayerNormalization, TopK's K an initializer | weak  |
-| 6.0     | R36.3| 8.6.2    | 12.2 | 8.6-GA: opset <= 17, LayerNormalization                 | weak   |
-| 6.1/6.2 | R36.4| 10.3     | 12.6 | 10.1-GA (nearest at or below 10.3): opset 9-20          | strong |
-| 7       | R38  | 10.13    | 13.0 | 10.1-GA (nearest at or below)                            | strong |
+| JetPack | TensorRT | ONNX parser (onnx-tensorrt docs/operators.md)                       | typing |
+|---------|----------|---------------------------------------------------------------------|--------|
+| 5.1     | 8.5      | 8.5-GA: opset <= 17, no LayerNormalization, TopK's K an initializer | weak   |
+| 6.0     | 8.6      | 8.6-GA: opset <= 17, LayerNormalization                             | weak   |
+| 6.1/6.2 | 10.3     | 10.1-GA (nearest at or below 10.3): opset 9-20                      | strong |
+| 7       | 10.13    | 10.1-GA (nearest at or below)                                       | strong |
 
-Sources: OE4T/meta-tegra's TensorRT/CUDA recipes and dusty-nv/jetson-containers' l4t_version.py for
-the versions; onnx-tensorrt's operator tables per branch (engine/data/onnx_trt_ops.json); NVIDIA/TensorRT's
+Sources: onnx-tensorrt's operator tables per branch (engine/data/onnx_trt_ops.json); NVIDIA/TensorRT's
 pybind11 bindings per release branch (engine/data/trt_python_api.json): `NetworkDefinitionCreationFlag`
 has EXPLICIT_BATCH and no STRONGLY_TYPED on release/8.5 and release/8.6, both on release/10.3
 (docs/trt-sources.md lists the commits). Typing "weak" means EXPLICIT_BATCH, the FP16/INT8 builder flags and
@@ -21,9 +24,14 @@ Stdlib only and Python 3.8 syntax: JetPack 5's python3 is 3.8 and imports this m
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Dict, Optional, Tuple
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Tuple
+
+# a plain file beside the module (package-data in pyproject.toml): json reads it on any Python, no importlib.resources
+TABLE = Path(__file__).with_name("jetpacks.json")
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class DeviceProfile:
 
     name: str  # "jetpack-5.1", or "tensorrt-10" for a desktop TensorRT 10 (no JetPack named)
     jetpack: Optional[str]
-    l4t: Optional[str]
+    l4t: Optional[str]  # the L4T release lines of the JetPack, e.g. "R35.2-R35.6" (jetpacks.json)
     tensorrt: str  # major.minor
     cuda: Optional[str]
     max_opset: int  # the newest opset its ONNX parser reads
@@ -51,22 +59,76 @@ class DeviceProfile:
                 f"{'strongly' if self.strongly_typed else 'weakly'} typed")
 
 
-def _p(name, jetpack, l4t, trt, cuda, max_opset, opset, layernorm, topk, strong) -> DeviceProfile:
-    return DeviceProfile(name, jetpack, l4t, trt, cuda, max_opset, opset, layernorm, topk, strong)
+# Each JetPack's ONNX parser and network flags (the table above): (max_opset, opset, layernorm, TopK's K an
+# initializer, strongly typed). The default opset of a TensorRT 10 graph is 18 (export.DEFAULT_OPSET); 10.x's
+# table reads up to 20. A JetPack added to jetpacks.json needs its line here (the import says so otherwise).
+PARSER: Dict[str, Tuple[int, int, str, bool, bool]] = {
+    "5.1": (17, 17, "decomposed", True, False),  # 8.5-GA: no LayerNormalization; TopK's K an initializer
+    "6.0": (17, 17, "native", False, False),  # 8.6-GA: LayerNormalization; release/8.6: no STRONGLY_TYPED
+    "6.1": (20, 18, "native", False, True),  # 10.1-GA, release/10.3
+    "6.2": (20, 18, "native", False, True),
+    "7": (20, 18, "native", False, True),  # 10.1-GA, release/10.13
+}
 
 
-# the default opset of a TensorRT 10 graph: 18 (export.DEFAULT_OPSET); 10.x's table reads up to 20
+def load_table(path: Path = TABLE) -> Dict[str, dict]:
+    """The rows of jetpacks.json by JetPack ("5.1" ... "7"), in the file's order."""
+    with open(str(path), encoding="utf-8") as f:
+        return json.load(f)["jetpacks"]
+
+
+def _release_key(release: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in release.lstrip("R").split("."))
+
+
+def l4t_lines(releases: Iterable[str]) -> str:
+    """The L4T release lines (major.minor) a row's releases cover, runs of three or more as a range:
+    R35.2 ... R35.6 -> "R35.2-R35.6"; R38.2, R38.4 -> "R38.2, R38.4"."""
+    lines = sorted({_release_key(r)[:2] for r in releases})
+    runs = []  # type: list
+    for line in lines:
+        if runs and runs[-1][-1][0] == line[0] and runs[-1][-1][1] + 1 == line[1]:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    parts = []
+    for run in runs:
+        names = [f"R{major}.{minor}" for major, minor in run]
+        parts += [f"{names[0]}-{names[-1]}"] if len(names) >= 3 else names
+    return ", ".join(parts)
+
+
+def match_release(l4t: str, table: Dict[str, dict]) -> Optional[Tuple[str, str]]:
+    """(JetPack row, JetPack name) of an L4T release such as "R36.4.3", or None where no row lists it: a key
+    takes itself and the releases under it ("R35.2" takes R35.2.1), and the longest key wins (the same rule
+    install-jetson.sh applies)."""
+    best = None  # type: Optional[Tuple[int, str, str]]
+    for jetpack, row in table.items():
+        for release, name in row["l4t"].items():
+            depth = len(release.split("."))
+            if (l4t == release or l4t.startswith(release + ".")) and (best is None or depth > best[0]):
+                best = (depth, jetpack, name)
+    return (best[1], best[2]) if best else None
+
+
+def _profile(jetpack: str, row: dict) -> DeviceProfile:
+    if jetpack not in PARSER:
+        raise ValueError(f"jetpacks.json has JetPack {jetpack}, and runtime/profiles.py PARSER has no parser facts "
+                         "for it (opset, LayerNorm, TopK, typing): add its line")
+    max_opset, opset, layernorm, topk, strong = PARSER[jetpack]
+    return DeviceProfile(f"jetpack-{jetpack}", jetpack, l4t_lines(row["l4t"]), row["tensorrt_major_minor"],
+                         row["cuda"], max_opset, opset, layernorm, topk, strong)
+
+
+JETPACK_TABLE = load_table()
 PROFILES: Dict[str, DeviceProfile] = {p.name: p for p in (
-    _p("jetpack-5.1", "5.1", "R35", "8.5", "11.4", 17, 17, "decomposed", True, False),
-    _p("jetpack-6.0", "6.0", "R36.3", "8.6", "12.2", 17, 17, "native", False, False),
-    _p("jetpack-6.1", "6.1", "R36.4", "10.3", "12.6", 20, 18, "native", False, True),
-    _p("jetpack-6.2", "6.2", "R36.4", "10.3", "12.6", 20, 18, "native", False, True),
-    _p("jetpack-7", "7", "R38", "10.13", "13.0", 20, 18, "native", False, True),
-    _p("tensorrt-10", None, None, "10", None, 20, 18, "native", False, True),
+    *(_profile(jetpack, row) for jetpack, row in JETPACK_TABLE.items()),
+    DeviceProfile("tensorrt-10", None, None, "10", None, 20, 18, "native", False, True),
 )}
 DEFAULT = "tensorrt-10"  # no JetPack named: today's graph, for TensorRT 10.x and TensorRT-RTX
 JETPACKS = tuple(p.jetpack for p in PROFILES.values() if p.jetpack)  # the --jetpack choices
-TENSORRTS = {"8.5": "jetpack-5.1", "8.6": "jetpack-6.0", "10.3": "jetpack-6.2", "10.13": "jetpack-7"}  # aliases
+# the --tensorrt aliases: each JetPack TensorRT's major.minor -> the newest JetPack that ships it (10.3: 6.2's)
+TENSORRTS: Dict[str, str] = {p.tensorrt: p.name for p in PROFILES.values() if p.jetpack}
 
 
 def trt_major_minor(version: str) -> Tuple[int, int]:

@@ -10,7 +10,7 @@
 cuda-python wheel that JetPack's install pins (signatures, return arities, enums and import paths:
 cudart.py). Both enforce the preconditions NVIDIA documents; a stand-in that accepts what the real library
 refuses is a defect. The JetPack -> (branch, TensorRT, cuda-python, CUDA) rows are read from the project's
-device profiles and install script, never restated here beyond the build numbers.
+device table (mlit_edge/runtime/jetpacks.json), never restated here.
 """
 from __future__ import annotations
 
@@ -24,13 +24,24 @@ from .cudart import DATA as CUDA_DATA, make_module
 from .device import Device
 from .tensorrt import StandIn
 
-# profile -> (TensorRT release branch, the full version JetPack ships, cuda-python pin prefix, CUDA runtime)
-JETPACKS = {
-    "jetpack-5.1": ("release/8.5", "8.5.2.2", "11.8", 11040),
-    "jetpack-6.0": ("release/8.6", "8.6.2.3", "12.2", 12020),
-    "jetpack-6.2": ("release/10.3", "10.3.0.30", "12.6", 12060),
-    "jetpack-7": ("release/10.13", "10.13.3.9", "13.0", 13000),
-}
+def _jetpacks() -> dict:
+    """profile -> (TensorRT release branch, the TensorRT JetPack ships, cuda-python pin's major.minor, CUDA as
+    cudaDriverGetVersion answers it), read from the one device table (mlit_edge/runtime/jetpacks.json); 6.1 and 6.2
+    share a TensorRT, so 6.2 stands for both."""
+    from mlit_edge.runtime.profiles import load_table
+
+    out = {}
+    for jetpack, row in load_table().items():
+        if jetpack == "6.1":
+            continue
+        pin = row["pins"]["cuda-python"].split("==")[-1].split(">=")[-1].split(",")[0]
+        major, minor = (int(x) for x in row["cuda"].split(".")[:2])
+        out[f"jetpack-{jetpack}"] = (f"release/{row['tensorrt_major_minor']}", row["tensorrt"],
+                                     ".".join(pin.split(".")[:2]), major * 1000 + minor * 10)
+    return out
+
+
+JETPACKS = _jetpacks()
 
 
 @dataclass
