@@ -11,7 +11,6 @@ tritonclient = pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
-from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
 from mlit_edge.runtime.triton_config import PARAMETER  # noqa: E402
 from tests.helpers import cli, tiny_model, fake_plan  # noqa: E402
 
@@ -64,19 +63,16 @@ def test_static_batch_has_max_batch_zero_and_full_dims(tmp_path):
     assert cfg.input[0].format == pb2.ModelInput.FORMAT_NONE
 
 
-def _tensorrt():
-    """TensorRT itself, or None: Triton's TensorRT backend loads TensorRT plans, not TensorRT-RTX ones."""
-    try:
-        return import_trt("tensorrt")
-    except Exception:  # its one-line error naming what to install
-        return None
+def test_plan_becomes_a_tensorrt_model_with_its_profile_as_max_batch(tiny, tmp_path, monkeypatch):
+    """A plan built by JetPack 6.2's TensorRT (its stand-in: tests/standins) becomes a tensorrt_plan model; a
+    TensorRT-RTX plan would be refused, since Triton's TensorRT backend links TensorRT."""
+    from mlit_edge.engine.build import BuildRequest, run_build
+    from tests.standins import install
 
-
-@pytest.mark.skipif(_tensorrt() is None, reason="needs tensorrt (a TensorRT-RTX plan is refused by export-triton)")
-def test_plan_becomes_a_tensorrt_model_with_its_profile_as_max_batch(tiny, tmp_path):
-    cli("build", "--onnx", tiny, "--precision", "fp32", "--target", "tensorrt", "--out", tmp_path / "out",
-        "--dynamic-batch", "1,4,16", timeout=600)
-    plan = tmp_path / "out" / "mlit-tiny-fp32.plan"
+    install(monkeypatch, "jetpack-6.2")
+    plan = run_build(BuildRequest(onnx=str(tiny), precision="fp32", target="tensorrt", out=str(tmp_path / "out"),
+                                  dynamic_batch=(1, 4, 16))).artifact
+    monkeypatch.undo()  # export-triton runs as a workstation would, in its own process
     cfg, pb2 = parse(Path(cli("export-triton", plan, "--repo", tmp_path / "repo").stdout.strip()))
     io = read_sidecar(plan)["engine"]["io"]
     assert cfg.platform == "tensorrt_plan" and cfg.max_batch_size == 16 and cfg.HasField("dynamic_batching")
