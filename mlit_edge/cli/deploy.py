@@ -218,12 +218,36 @@ def export_triton(artifact: str, repo: str, name: str | None, kind: str, engine_
 @click.option("--batch", default=1, show_default=True, type=int,
               help="Sources batched per inference: the deepstream-app config reads --uri this many times, and "
                    "streammux, primary-gie and nvinfer batch that many frames (1 to 1024; a graph exported with a "
-                   "fixed batch must have batch 1: nvinfer builds with a batch profile from 1).")
+                   "fixed batch must have batch 1: nvinfer builds with a batch profile from 1). With --secondary: "
+                   "streammux and the detector; the classifier batches --secondary-batch objects.")
 @click.option("--threshold", default=0.0, show_default=True, type=float,
               help="nvinfer's classifier-threshold, a probability from 0 to 1: the top class is attached when its "
                    "probability is above it (0: always).")
+@click.option("--secondary", is_flag=True,
+              help="Secondary GIE (process-mode=2): classify the objects a detector found, each crop scaled to the "
+                   "model's input, as deepstream-test2's classifiers do; the deepstream-app config runs "
+                   "--primary-config as [primary-gie] and this model as [secondary-gie0] (gie-unique-id: the "
+                   "detector's + 1).")
+@click.option("--primary-config", default=None, metavar="PATH",
+              help="With --secondary: the detector's nvinfer config on the Jetson, absolute or relative to OUT "
+                   "(deepstream-app resolves it against its config's folder) [default: DeepStream's sample ResNet-10 "
+                   "detector, /opt/nvidia/deepstream/deepstream/samples/configs/deepstream-app/"
+                   "config_infer_primary.txt: 0 car, 1 bicycle, 2 person, 3 roadsign].")
+@click.option("--operate-on-gie-id", default=None, type=int, metavar="N",
+              help="With --secondary: the detector's gie-unique-id, set on [primary-gie] too [default: 1].")
+@click.option("--operate-on-class-ids", default=None, metavar="IDS",
+              help="With --secondary: the detector's classes to classify, e.g. '0;2' [default: all].")
+@click.option("--min-object-size", default=None, metavar="WxH",
+              help="With --secondary: input-object-min-width/height, objects smaller are not classified (16 or "
+                   "more: nvinfer never classifies under 16x16) [default: none, so nvinfer's 16x16].")
+@click.option("--async/--no-async", "async_mode", default=None,
+              help="With --secondary: classifier-async-mode; async classifies tracked objects only, so a [tracker] "
+                   "(deepstream-test2's) is written [default: async, as deepstream-test2].")
+@click.option("--secondary-batch", default=None, type=int, metavar="M",
+              help="With --secondary: objects the classifier batches (1 to 1024) [default: 16, as deepstream-test2].")
 @user_errors
-def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, threshold: float) -> None:
+def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, threshold: float, secondary: bool,
+                      **options) -> None:
     """DeepStream files for an .onnx artifact (or a .plan that already outputs probabilities): a copy of the
     graph ending in Softmax (one float32 'probabilities' output), an nvinfer classifier config (network-type=1,
     infer-dims, batch-size, network-mode from the precision, RGB, net-scale-factor and offsets from the recorded
@@ -234,9 +258,24 @@ def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, thre
     \b
     nvinfer takes one net-scale-factor: a model whose std differs per channel is refused with the fix,
     an export with --raw-input (the normalisation inside the graph; then 1 and 0).
+    --secondary: nvinfer classifies the detector's objects (process-mode=2), the app config runs the
+    detector as [primary-gie] and the classifier as [secondary-gie0] (deepstream-test2's settings).
     Then, on the Jetson (not run on the project's machines; docs/deepstream.md):
       cd OUT && deepstream-app -c deepstream_app_config.txt
     """
     from ..runtime.deepstream import SAMPLE_STREAM, write_deepstream
+    from ..runtime.deepstream_app import Secondary, parse_class_ids, parse_size
 
-    click.echo(str(write_deepstream(artifact, out, uri or SAMPLE_STREAM, batch=batch, threshold=threshold)))
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+    if given and not secondary:
+        raise ValueError(f"{', '.join(given)}: only with --secondary")
+    sec = None
+    if secondary:  # an option not given keeps Secondary's default (deepstream-test2's)
+        ids, size = options["operate_on_class_ids"], options["min_object_size"]
+        kw = {"class_ids": parse_class_ids(ids) if ids is not None else None,
+              "min_size": parse_size(size) if size is not None else None, "batch": options["secondary_batch"],
+              "operate_on_gie_id": options["operate_on_gie_id"], "async_mode": options["async_mode"],
+              "primary_config": options["primary_config"]}
+        sec = Secondary(**{k: v for k, v in kw.items() if v is not None})
+    click.echo(str(write_deepstream(artifact, out, uri or SAMPLE_STREAM, batch=batch, threshold=threshold,
+                                    secondary=sec)))

@@ -4,24 +4,27 @@ Every rule is read from DeepStream 6.2's sources (NVDS_VERSION 6.2.0, sources/in
 public copy github.com/hiennguyen9874/deepstream-sources, commit f994831), cited beside it as FILE FUNCTION:
 - PP  sources/gst-plugins/gst-nvinfer/gstnvinfer_property_parser.cpp: each [property] key's GLib type and values
   (the table is `nvinfer_rules_data.PROPERTY`).
+- GST sources/gst-plugins/gst-nvinfer/gstnvinfer.cpp: what the element does with them (secondary mode).
 - CTX sources/libs/nvdsinfer/nvdsinfer_context_impl.cpp, OUT nvdsinfer_context_impl_output_parsing.cpp,
   MB nvdsinfer_model_builder.cpp, BE nvdsinfer_backend.cpp: what the inference context does with the values
   and the model.
-- CFP sources/apps/apps-common/src/deepstream_config_file_parser.c, APP sources/apps/sample_apps/deepstream-app/
-  deepstream_app_config_parser.c and deepstream_app.c: deepstream-app (`nvinfer_rules_data.APP_GROUPS`).
-Both read their files with GLib's key file, replayed by `glib_keyfile`.
-A rule marked [ours] is this project's, not DeepStream's (the threshold is a probability: the graph ends in
-Softmax). `check_nvinfer` and `check_app` return the problems, one line each; an empty list passes.
+nvinfer reads its file with GLib's key file, replayed by `glib_keyfile`; deepstream-app's rules are in
+`deepstream_app_rules`. A rule marked [ours] is this project's, not DeepStream's (the threshold is a probability:
+the graph ends in Softmax). `check_nvinfer` returns the problems, one line each; an empty list passes.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .glib_keyfile import READERS, KeyFileError, parse_keyfile
-from .nvinfer_rules_data import APP_GROUPS, IO_FORMATS, IO_TYPES, MAX_BATCH, NETWORK_MODES, PROPERTY, Entry
+from .nvinfer_rules_data import IO_FORMATS, IO_TYPES, MAX_BATCH, MIN_OBJECT, NETWORK_MODES, PROPERTY, Entry
+
+# the keys only GST should_infer_object reads, which only gst_nvinfer_process_objects calls (process-mode=2)
+OBJECT_KEYS = ("operate-on-gie-id", "operate-on-class-ids", "input-object-min-width", "input-object-min-height",
+               "input-object-max-width", "input-object-max-height", "secondary-reinfer-interval")
+
 
 def _violation(value: Any, allowed: Any) -> Optional[str]:
     """What `value` should have been under the data's `allowed` spec (nvinfer_rules_data), None if it is."""
@@ -38,6 +41,11 @@ def _violation(value: Any, allowed: Any) -> Optional[str]:
         return None if len(value) == allowed[1] and min(value) > 0 else f"{allowed[1]} positive dims"
     if what == "max_len":
         return None if len(value) <= allowed[1] else f"at most {allowed[1]} values"
+    if what == "each_min":
+        return None if all(v >= allowed[1] for v in value) else f"each >= {allowed[1]}"
+    if what == "class_ids":  # deepstream-app writes them as "%d:" into a fixed buffer: a longer list is cut short
+        fits = len("".join(f"{v}:" for v in value)) <= allowed[1]
+        return None if fits and all(v >= 0 for v in value) else f"ids >= 0, at most {allowed[1]} characters as '%d:'"
     bad = [f for f in value if not (len(f.split(":")) == 3 and f.split(":")[0] and f.split(":")[1] in IO_TYPES
                                     and f.split(":")[2] in IO_FORMATS)]
     return f"name:type:format, type in {IO_TYPES}, format in {IO_FORMATS}" if bad else None
@@ -97,15 +105,16 @@ def labels_problems(text: str, classes: int, outputs: int) -> List[str]:
             for i, labels in enumerate(lines) if len(labels) != classes]
 
 
-def _load(path: Path) -> Dict[str, Dict[str, str]]:
-    return parse_keyfile(path.read_text(encoding="utf-8"))
+def load_keyfile(path: Path) -> Dict[str, Dict[str, str]]:
+    """The groups of a config file as GLib's key file holds them (KeyFileError or UnicodeDecodeError if not)."""
+    return parse_keyfile(Path(path).read_text(encoding="utf-8"))
 
 
 def check_nvinfer(config: Path, facts: ModelFacts) -> List[str]:
     """The problems nvinfer would have with the config file `config` and the model `facts` describe."""
     config = Path(config)
     try:
-        groups = _load(config)
+        groups = load_keyfile(config)
     except (KeyFileError, UnicodeDecodeError) as e:
         return [f"{config.name}: GLib would refuse it: {e}"]
     if "property" not in groups:
@@ -145,9 +154,9 @@ def check_nvinfer(config: Path, facts: ModelFacts) -> List[str]:
     if not v.get("net-scale-factor", 1.0) > 0:  # CTX preparePreprocess applies the scale and offsets only if > 0
         problems.append("net-scale-factor <= 0: nvinfer then applies neither it nor the offsets "
                         "(CTX NvDsInferContextImpl::preparePreprocess)")
-    problems += _batch_problems(batch, facts) + _output_problems(v, facts, bool(onnx))
-    if v.get("network-type") != 1 or v.get("process-mode", 1) != 1:
-        problems.append("[ours] network-type=1 and process-mode=1: the model classifies whole frames")
+    problems += _batch_problems(batch, facts) + _output_problems(v, facts, bool(onnx)) + _object_problems(v)
+    if v.get("network-type") != 1:
+        problems.append("[ours] network-type=1: the model is a classifier")
     threshold = v.get("classifier-threshold", 0.0)
     if facts.probabilities and not 0.0 <= threshold <= 1.0:
         problems.append(f"classifier-threshold={threshold:g}: [ours] a probability in [0, 1] (the output is Softmax; "
@@ -177,6 +186,36 @@ def _batch_problems(batch: int, facts: ModelFacts) -> List[str]:
     return []
 
 
+def _object_problems(v: Dict[str, Any]) -> List[str]:
+    """Secondary mode (process-mode=2: classify the objects a detector found) as nvinfer applies its keys."""
+    secondary = v.get("process-mode", 1) == 2
+    problems: List[str] = []
+    if v.get("symmetric-padding") and not v.get("maintain-aspect-ratio"):
+        problems.append("symmetric-padding=1 without maintain-aspect-ratio=1: nothing to pad (GST "
+                        "get_converted_buffer pads only when it keeps the aspect)")
+    if not secondary:
+        given = [k for k in OBJECT_KEYS if k in v]
+        problems += [f"{', '.join(given)}: read only in process-mode=2 (GST should_infer_object, called from "
+                     "gst_nvinfer_process_objects alone), so with process-mode=1 they do nothing"] if given else []
+        if v.get("classifier-async-mode"):
+            problems.append("classifier-async-mode=1 with process-mode=1: nvinfer turns it off (GST gst_nvinfer_start: "
+                            "'asynchronous mode is applicable for secondary classifiers only')")
+        return problems
+    for side in ("width", "height"):
+        low, high = v.get(f"input-object-min-{side}", 0), v.get(f"input-object-max-{side}", 0)
+        if 0 < low < MIN_OBJECT:
+            problems.append(f"input-object-min-{side}={low}: nvinfer raises it to {MIN_OBJECT} (GST gst_nvinfer_start: "
+                            f"MIN_INPUT_OBJECT_{side.upper()}); [ours] write {MIN_OBJECT} or more, what happens")
+        if high > 0 and max(low, MIN_OBJECT) > high:
+            problems.append(f"input-object-max-{side}={high} is below the minimum {max(low, MIN_OBJECT)}: no object "
+                            "is classified (GST should_infer_object)")
+    gie = v.get("operate-on-gie-id")
+    if gie is not None and gie == v.get("gie-unique-id"):
+        problems.append(f"operate-on-gie-id={gie} is this classifier's own gie-unique-id, and a classifier attaches "
+                        "no objects: it would classify none (GST should_infer_object: unique_component_id)")
+    return problems
+
+
 def _output_problems(v: Dict[str, Any], facts: ModelFacts, builds: bool) -> List[str]:
     problems: List[str] = []
     names = [n for n, _ in facts.outputs]
@@ -200,66 +239,5 @@ def _output_problems(v: Dict[str, Any], facts: ModelFacts, builds: bool) -> List
     return problems
 
 
-def _app_group(name: str) -> Optional[str]:
-    """The APP_GROUPS entry a deepstream-app group is parsed by (APP parse_config_file: [source<N>], [sink<N>])."""
-    if name in APP_GROUPS:
-        return name
-    for prefix in ("source", "sink"):
-        if re.fullmatch(prefix + r"[0-9]+", name):
-            return prefix
-    return None
-
-
-def check_app(app: Path, config: Path) -> List[str]:
-    """The problems deepstream-app would have with `app`, whose [primary-gie] runs the nvinfer config `config`."""
-    app = Path(app)
-    try:
-        groups, infer = _load(app), _load(Path(config))
-    except (KeyFileError, UnicodeDecodeError) as e:
-        return [f"{app.name}: GLib would refuse it: {e}"]
-    problems: List[str] = []
-    values: Dict[str, Dict[str, Any]] = {}
-    for name in groups:
-        rules = _app_group(name)
-        if rules is None:
-            problems.append(f"[{name}]: [ours] a group this export does not write, so none it checks")
-            continue
-        values[name] = read_group(groups, name, APP_GROUPS[rules], "deepstream-app", problems)
-    # CFP parse_source/parse_gie/parse_sink skip a group whose enable is not a non-zero integer
-    sources = [g for n, g in values.items() if _app_group(n) == "source" and g.get("enable")]
-    sinks = [g for n, g in values.items() if _app_group(n) == "sink" and g.get("enable")]
-    if not sources or not sinks:
-        problems.append("no enabled [source<N>] or [sink<N>] (CFP parse_source, parse_sink: enable=0 skips it)")
-    count = sum(max(1, g.get("num-sources", 1)) if g.get("type") == 3 else 1 for g in sources)
-    for g in sources:
-        uri = g.get("uri", "")
-        if g.get("type") in (2, 3) and not uri:
-            problems.append("a URI source without uri (CFP parse_source)")
-        if g.get("type") == 3 and "%" in uri.replace("%%", ""):
-            problems.append(f"uri={uri}: a MultiURI source's uri is a printf format (APP parse_config_file: "
-                            "g_strdup_printf(uri, j)), so each '%' must be written '%%'")
-    gie, mux = values.get("primary-gie", {}), values.get("streammux", {})
-    if not gie.get("enable") or not gie.get("config-file"):
-        problems.append("[primary-gie] needs enable=1 and config-file (CFP parse_gie: 'Config file not provided')")
-    elif (app.parent / gie["config-file"]).resolve() != Path(config).resolve():
-        problems.append(f"[primary-gie] config-file={gie['config-file']} is not {Path(config).name}")
-    prop = infer.get("property", {})
-    try:  # a malformed value is check_nvinfer's to report
-        infer_batch = READERS["int"](prop.get("batch-size", "1"))
-        unique = READERS["int"](prop.get("gie-unique-id", "0"))
-    except KeyFileError:
-        infer_batch = unique = None
-    if not gie.get("batch-size") == mux.get("batch-size") == infer_batch == count:
-        problems.append(f"[ours] batch-size: streammux {mux.get('batch-size')}, primary-gie {gie.get('batch-size')}, "
-                        f"nvinfer {infer_batch}, sources {count}: one frame of each source per batch, the batch "
-                        "nvinfer's engine is built for (deepstream-app sets nvinfer's batch-size from primary-gie)")
-    if "gie-unique-id" in prop and gie.get("gie-unique-id") not in (None, unique):
-        problems.append("[primary-gie] gie-unique-id differs from the nvinfer config's (it overrides it)")
-    if count > 1 and values.get("tiled-display", {}).get("enable", 0) == 0:
-        problems.append(f"{count} sources without [tiled-display]: deepstream-app then processes only the sources "
-                        "a sink names by source-id (deepstream_app.c create_pipeline, is_sink_available_for_source_id)")
-    return problems
-
-
-__all__ = ["read_group", "ModelFacts", "engine_cache_name", "labels_problems", "check_nvinfer",
-           "check_app", "MAX_BATCH", "NETWORK_MODES"]
+__all__ = ["read_group", "load_keyfile", "ModelFacts", "engine_cache_name", "labels_problems", "check_nvinfer",
+           "MAX_BATCH", "NETWORK_MODES"]

@@ -7,7 +7,9 @@ deepstream_config_file_parser.c; APP sources/apps/sample_apps/deepstream-app/dee
 The key lists of CFP's parse_* functions were read off its `g_strcmp0(*key, ...)` / `g_key_file_get_*` pairs.
 An entry is KEY: (kind, allowed, source). kind: int, uint64, double, bool, string, strings, ints, doubles.
 allowed: None (any value of the kind), ("min", n), ("range", lo, hi), ("in", values, meaning), ("dims", n)
-(exactly n positive integers), ("max_len", n), ("io_formats",) (name:type:format items).
+(exactly n positive integers), ("max_len", n), ("io_formats",) (name:type:format items), ("each_min", n)
+(every item of a list >= n), ("class_ids", n) (ids >= 0 that deepstream-app writes as "%d:" into n characters).
+Also here: GST gstnvinfer.cpp, SGIE deepstream_secondary_gie_bin.c (sources/apps/apps-common/src/).
 """
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from typing import Any, Dict, Tuple
 
 Entry = Tuple[str, Any, str]
 MAX_BATCH = 1024  # NVDSINFER_MAX_BATCH_SIZE, sources/includes/nvdsinfer_context.h
+MAX_SECONDARY_GIES = 16  # MAX_SECONDARY_GIE_BINS, apps-common/includes/deepstream_config.h
+MIN_OBJECT = 16  # GST MIN_INPUT_OBJECT_WIDTH/HEIGHT: gst_nvinfer_start raises input-object-min-* to it
+CLASS_IDS_CHARS = 126  # SGIE create_secondary_gie: "%d:" per id into operate_on_class_str[128], size - len - 1
 NETWORK_MODES = {0: "fp32", 1: "int8", 2: "fp16"}  # NvDsInferNetworkMode, nvdsinfer_context.h; networkMode2Str
 IO_TYPES = ("fp32", "fp16", "int32", "int8")  # nvdsinfer_func_utils.cpp isValidOutputDataType
 IO_FORMATS = ("chw", "chw2", "chw4", "hwc8", "chw16", "chw32")  # nvdsinfer_func_utils.cpp isValidOutputFormat
@@ -60,7 +65,9 @@ PROPERTY: Dict[str, Entry] = {
     **_same("int", "secondary-reinfer-interval operate-on-gie-id", _O),
     **_same("int", "interval input-object-min-width input-object-min-height input-object-max-width "
                    "input-object-max-height", _O, ("min", 0)),
-    **_same("ints", "operate-on-class-ids filter-out-class-ids", _O),
+    "filter-out-class-ids": ("ints", None, _O),
+    # operate_on_class_ids->at(id) for each id: a negative one throws std::out_of_range (nvinfer aborts)
+    "operate-on-class-ids": ("ints", ("each_min", 0), _O + " (operate_on_class_ids->at(id))"),
     "classifier-type": ("string", None, _O),
     "process-mode": ("int", ("in", (1, 2), "1 primary, 2 secondary"), _O),
     # NvBufSurfTransform_Compute (nvbufsurftransform.h): Default 0, GPU 1, VIC 2 (VIC only under __aarch64__)
@@ -70,9 +77,15 @@ PROPERTY: Dict[str, Entry] = {
 }
 
 # the deepstream-app groups export-deepstream writes, every key their parser reads (CFP parse_source,
-# parse_streammux, parse_gie, parse_osd, parse_sink, parse_tiled_display; APP parse_app)
+# parse_streammux, parse_gie, parse_tracker, parse_osd, parse_sink, parse_tiled_display; APP parse_app)
 _SRC, _MUX, _GIE = "CFP parse_source", "CFP parse_streammux", "CFP parse_gie"
 _OSD, _SINK, _TILE = "CFP parse_osd", "CFP parse_sink", "CFP parse_tiled_display"
+_GIE_KEYS: Dict[str, Entry] = {
+    **_same("int", "enable plugin-type audio-framesize audio-hopsize audio-input-rate interval gie-unique-id "
+                   "operate-on-gie-id gpu-id nvbuf-memory-type", _GIE),
+    **_same("string", "model-engine-file audio-transform labelfile-path config-file infer-raw-output-dir", _GIE),
+    "input-tensor-meta": ("bool", None, _GIE), "operate-on-class-ids": ("ints", None, _GIE),
+    "batch-size": ("int", ("range", 1, MAX_BATCH), _GIE + "; nvinfer's batch-size property")}
 APP_GROUPS: Dict[str, Dict[str, Entry]] = {
     "application": {**_same("int", "enable-perf-measurement perf-measurement-interval-sec", "APP parse_app"),
                     **_same("string", "gie-kitti-output-dir kitti-track-output-dir", "APP parse_app")},
@@ -93,12 +106,16 @@ APP_GROUPS: Dict[str, Dict[str, Entry]] = {
                                   "drop-pipeline-eos", _MUX),
                   "config-file": ("string", None, _MUX),
                   "batch-size": ("int", ("range", 1, MAX_BATCH), _MUX + " [ours: nvinfer's range]")},
-    "primary-gie": {**_same("int", "enable plugin-type audio-framesize audio-hopsize audio-input-rate interval "
-                                   "gie-unique-id operate-on-gie-id gpu-id nvbuf-memory-type", _GIE),
-                    **_same("string", "model-engine-file audio-transform labelfile-path config-file "
-                                      "infer-raw-output-dir", _GIE),
-                    "input-tensor-meta": ("bool", None, _GIE), "operate-on-class-ids": ("ints", None, _GIE),
-                    "batch-size": ("int", ("range", 1, MAX_BATCH), _GIE + "; nvinfer's batch-size property")},
+    "primary-gie": _GIE_KEYS,
+    # APP parse_config_file hands every group whose name starts with "secondary-gie" to CFP parse_gie; SGIE
+    # create_secondary_gie writes the class ids as "%d:" into 128 bytes, GST gst_nvinfer_set_property at(id)s them
+    "secondary-gie": {**_GIE_KEYS, "operate-on-class-ids": ("ints", ("class_ids", CLASS_IDS_CHARS), _GIE + "; SGIE "
+                                                            "create_secondary_gie; GST gst_nvinfer_set_property")},
+    "tracker": {**_same("int", "enable tracker-width tracker-height gpu-id tracker-surface-type enable-batch-process "
+                               "enable-past-frame tracking-surface-type display-tracking-id tracking-id-reset-mode "
+                               "tensor-meta-gie-id compute-hw", "CFP parse_tracker"),
+                **_same("string", "ll-config-file ll-lib-file", "CFP parse_tracker"),
+                "input-tensor-meta": ("bool", None, "CFP parse_tracker")},
     "osd": {**_same("int", "enable process-mode border-width text-size show-clock clock-x-offset clock-y-offset "
                            "clock-text-size nvbuf-memory-type gpu-id", _OSD),
             **_same("doubles", "text-color text-bg-color clock-color", _OSD),

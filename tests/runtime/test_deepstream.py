@@ -1,7 +1,7 @@
 """`export-deepstream`: the probabilities copy of the graph measured against softmax(logits), the nvinfer config,
 labels file and deepstream-app config parsed with GLib's own key-file parser (what DeepStream reads them with)
-and held to DeepStream's rules (`nvinfer_rules`), nvinfer's preprocessing replayed on real images, and the
-plans DeepStream cannot load refused in one line."""
+and held to DeepStream's rules (`nvinfer_rules`, `deepstream_app_rules`), in primary and secondary mode,
+nvinfer's preprocessing replayed on real images, and the plans DeepStream cannot load refused in one line."""
 import json
 from pathlib import Path
 
@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from mlit_edge.runtime.deepstream import APP, CALIB, CONFIG, LABELS, write_deepstream
+from mlit_edge.runtime.deepstream_app import SAMPLE_PRIMARY, Secondary
+from mlit_edge.runtime.deepstream_app_rules import check_app
 from mlit_edge.runtime.graph_outputs import io_facts
 from mlit_edge.runtime.input_convention import PIXELS, model_input
-from mlit_edge.runtime.nvinfer_rules import ModelFacts, check_app, check_nvinfer
+from mlit_edge.runtime.nvinfer_rules import ModelFacts, check_nvinfer
 from mlit_edge.runtime.preprocess import resize_images
 from mlit_edge.runtime.sidecar import read_sidecar, write_sidecar
 from tests.helpers import cli, export_tiny, glib_keyfile, resigned_copy
@@ -244,3 +246,52 @@ def test_plans_deepstream_cannot_load_or_read_are_refused_in_one_line(tiny_onnx,
         r = cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_secondary_mode_classifies_the_detectors_objects_and_every_file_passes(precision, variants, tmp_path):
+    """--secondary: nvinfer on the crops of gie 1's objects (process-mode=2), its own gie-unique-id, the
+    deepstream-app config with the sample detector as [primary-gie], ours as [secondary-gie0] and the tracker
+    asynchronous mode needs; GLib reads every file, and DeepStream's rules pass."""
+    sec = Secondary(class_ids=(0, 2), min_size=(32, 48))
+    out = write_deepstream(variants[precision], tmp_path / "ds", secondary=sec)
+    prop, app = glib_keyfile(out / CONFIG)["property"], glib_keyfile(out / APP)
+    assert prop["process-mode"]["int"] == 2 and prop["network-type"]["int"] == 1
+    assert prop["gie-unique-id"]["int"] == 2 and prop["operate-on-gie-id"]["int"] == 1
+    assert prop["operate-on-class-ids"]["ints"] == [0, 2] and prop["classifier-async-mode"]["value"] == "1"
+    assert prop["input-object-min-width"]["int"] == 32 and prop["input-object-min-height"]["int"] == 48
+    assert prop["batch-size"]["int"] == 16 and prop["model-engine-file"]["value"].endswith(
+        "_b16_gpu0_" + precision + ".engine")  # nvinfer's cache name for the objects' batch
+    assert prop["maintain-aspect-ratio"]["value"] == "1" and prop["symmetric-padding"]["value"] == "1"
+    assert app["primary-gie"]["config-file"]["value"] == SAMPLE_PRIMARY
+    assert app["primary-gie"]["gie-unique-id"]["int"] == 1 and app["primary-gie"]["batch-size"]["int"] == 1
+    sgie = app["secondary-gie0"]
+    assert sgie["config-file"]["value"] == CONFIG and sgie["gie-unique-id"]["int"] == 2
+    assert sgie["operate-on-gie-id"]["int"] == 1 and sgie["operate-on-class-ids"]["ints"] == [0, 2]
+    assert sgie["batch-size"]["int"] == 16 and app["tracker"]["enable"]["int"] == 1
+    assert app["tracker"]["ll-lib-file"]["value"].endswith("libnvds_nvmultiobjecttracker.so")
+    model = prop["onnx-file"]["value"]
+    assert check_nvinfer(out / CONFIG, _facts(out, model)) == [] and check_app(out / APP, out / CONFIG) == []
+
+
+def test_secondary_options_reach_both_files_and_bad_ones_are_one_line(tiny_onnx, tmp_path):
+    out = Path(cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds", "--secondary", "--operate-on-gie-id", "3",
+                   "--operate-on-class-ids", "2,0", "--no-async", "--primary-config", "detector/pgie.txt",
+                   "--secondary-batch", "8", "--batch", "2").stdout.strip())
+    prop, app = glib_keyfile(out / CONFIG)["property"], glib_keyfile(out / APP)
+    assert prop["gie-unique-id"]["int"] == 4 and prop["operate-on-gie-id"]["int"] == 3  # the detector's + 1
+    assert prop["classifier-async-mode"]["value"] == "0" and "tracker" not in app  # sync: untracked objects too
+    assert "input-object-min-width" not in prop and prop["batch-size"]["int"] == 8
+    assert app["primary-gie"]["config-file"]["value"] == "detector/pgie.txt"  # resolved against OUT by the app
+    assert app["primary-gie"]["gie-unique-id"]["int"] == 3 and app["primary-gie"]["batch-size"]["int"] == 2
+    assert app["streammux"]["batch-size"]["int"] == 2 and app["secondary-gie0"]["batch-size"]["int"] == 8
+    assert app["secondary-gie0"]["operate-on-class-ids"]["ints"] == [0, 2]
+    for args, words in [(["--operate-on-gie-id", "0"], "1 to"), (["--operate-on-class-ids", "0;-1"], "integers >= 0"),
+                        (["--operate-on-class-ids", ";".join(map(str, range(50)))], "126 characters"),
+                        (["--min-object-size", "8x64"], "under 16x16"), (["--min-object-size", "64"], "WIDTHxHEIGHT"),
+                        (["--secondary-batch", "0"], "1 to 1024"), (["--primary-config", " p.txt"], "outer spaces")]:
+        r = cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--secondary", *args, check=False)
+        assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "bad").exists()
+    r = cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--operate-on-gie-id", "2", check=False)
+    assert r.returncode == 1 and "--operate-on-gie-id: only with --secondary" in r.stderr

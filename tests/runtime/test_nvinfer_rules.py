@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mlit_edge.runtime.glib_keyfile import READERS, KeyFileError, parse_keyfile
-from mlit_edge.runtime.nvinfer_rules import ModelFacts, check_app, check_nvinfer, engine_cache_name
+from mlit_edge.runtime.deepstream_app_rules import app_group, check_app
+from mlit_edge.runtime.nvinfer_rules import ModelFacts, check_nvinfer, engine_cache_name
 from mlit_edge.runtime.plan_consumer import check_plan_consumer
 from tests.helpers import python_with_gi
 
@@ -229,6 +230,95 @@ def test_the_deepstream_app_config_is_held_to_deepstream_apps_parsers(tmp_path):
     one(app(tmp_path, **two), "without [tiled-display]", "is_sink_available_for_source_id")
     one(app(tmp_path, **{"enable-perf-measurement": "enable-perf"}), "enable-perf", "ignored")
     one(app(tmp_path, **{"[sink0]\nenable=1": "[sink0]\nenable=0"}), "no enabled")
+
+
+# secondary mode as deepstream-test2's dstest2_sgie1_config.txt has it, on GOOD's model
+SECONDARY = {**GOOD, "process-mode": "2", "gie-unique-id": "2", "operate-on-gie-id": "1",
+             "operate-on-class-ids": "0;2", "classifier-async-mode": "1", "input-object-min-width": "32",
+             "input-object-min-height": "32", "maintain-aspect-ratio": "1", "symmetric-padding": "1"}
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({}, None),
+    ({"operate-on-gie-id": "2"}, ["own gie-unique-id", "should_infer_object"]),
+    ({"operate-on-class-ids": "0;-1"}, ["operate-on-class-ids=0;-1", "each >= 0", "at(id)"]),
+    ({"operate-on-class-ids": "0;car"}, ["operate-on-class-ids", "cannot be interpreted"]),
+    ({"input-object-min-width": "8"}, ["raises it to 16", "MIN_INPUT_OBJECT_WIDTH"]),
+    ({"input-object-max-height": "20"}, ["input-object-max-height=20", "no object"]),
+    ({"input-object-min-height": "-1"}, ["input-object-min-height=-1", ">= 0"]),
+    ({"classifier-async-mode": "2"}, ["classifier-async-mode=2", "boolean"]),
+    ({"process-mode": "1"}, ["read only in process-mode=2", "gst_nvinfer_process_objects"]),
+    ({"process-mode": "1", "operate-on-gie-id": None, "operate-on-class-ids": None, "input-object-min-width": None,
+      "input-object-min-height": None}, ["classifier-async-mode=1 with process-mode=1", "turns it off"]),
+    ({"maintain-aspect-ratio": "0"}, ["symmetric-padding=1 without maintain-aspect-ratio=1"]),
+])
+def test_secondary_keys_are_read_and_applied_as_nvinfer_does(keys, words, tmp_path):
+    problems = check_nvinfer(folder(tmp_path, **{**SECONDARY, **keys}), FACTS)
+    if words is None:
+        assert problems == []
+    else:
+        one(problems, *words)
+
+
+APP_SECONDARY = APP.replace("config-file=config.txt", "config-file=/opt/nvidia/deepstream/deepstream/samples/configs/"
+                            "deepstream-app/config_infer_primary.txt") + """[tracker]
+enable=1
+ll-lib-file=/opt/nvidia/deepstream/deepstream/lib/libnvds_nvmultiobjecttracker.so
+[secondary-gie0]
+enable=1
+config-file=config.txt
+gie-unique-id=2
+operate-on-gie-id=1
+operate-on-class-ids=0;2
+batch-size=1
+"""
+
+
+def sapp(tmp_path: Path, text: str = APP_SECONDARY, config: dict = SECONDARY, **replace: str) -> list:
+    """check_app on an app config running the SECONDARY nvinfer config as [secondary-gie0] behind a detector."""
+    path = folder(tmp_path, **config)
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / "app.txt").write_text(text)
+    return check_app(tmp_path / "app.txt", path)
+
+
+SGIE = "[secondary-gie0]\nenable=1\nconfig-file=config.txt\ngie-unique-id=2\noperate-on-gie-id=1\n"
+
+
+def test_a_secondary_gie_is_held_to_deepstream_apps_gie_rules(tmp_path):
+    assert sapp(tmp_path) == []
+    one(sapp(tmp_path, **{"gie-unique-id=2\noperate-on-gie-id=1": "gie-unique-id=2\noperate-on-gie-id=2"}),
+        "operates on itself", "should_create_secondary_gie")
+    one(sapp(tmp_path, **{"gie-unique-id=2\noperate-on-gie-id=1": "gie-unique-id=1\noperate-on-gie-id=1"}),
+        "gie-unique-id=1 is the primary's", "Non unique gie ids found")
+    one(sapp(tmp_path, **{"operate-on-gie-id=1\noperate-on-class": "operate-on-gie-id=7\noperate-on-class"}),
+        "operate-on-gie-id=7", "silently leaves this secondary out")
+    twin = APP_SECONDARY + SGIE.replace("gie0]", "gie1]").replace("config.txt", "other.txt")
+    one(sapp(tmp_path, twin), "[secondary-gie1] gie-unique-id=2", "Non unique gie id found")
+    loop = APP_SECONDARY + SGIE.replace("gie0]", "gie1]").replace("config.txt", "b.txt").replace(
+        "gie-unique-id=2\noperate-on-gie-id=1", "gie-unique-id=3\noperate-on-gie-id=4") + SGIE.replace(
+        "gie0]", "gie2]").replace("config.txt", "c.txt").replace("gie-unique-id=2\noperate-on-gie-id=1",
+                                                                  "gie-unique-id=4\noperate-on-gie-id=3")
+    one(sapp(tmp_path, loop), "[secondary-gie1]", "loop of secondaries ([secondary-gie1] -> [secondary-gie2] -> "
+        "[secondary-gie1])", "recurses without end")
+    many = APP_SECONDARY + "".join(SGIE.replace("gie0]", f"gie{i}]").replace("id=2", f"id={i + 2}")
+                                   for i in range(1, 17))
+    one(sapp(tmp_path, many), "17 enabled [secondary-gie]", "MAX_SECONDARY_GIE_BINS")
+    one(sapp(tmp_path, **{"[primary-gie]\nenable=1": "[primary-gie]\nenable=0"}), "create_common_elements")
+    one(sapp(tmp_path, **{"[tracker]\nenable=1": "[tracker]\nenable=0"}), "Cannot infer on untracked objects")
+    assert sapp(tmp_path, config={**SECONDARY, "classifier-async-mode": "0"},
+                **{"[tracker]\nenable=1": "[tracker]\nenable=0"}) == []  # synchronous: untracked objects too
+    one(sapp(tmp_path, config={**SECONDARY, "process-mode": "1", "classifier-async-mode": "0"}),
+        "[secondary-gie0] runs config.txt with process-mode=2")
+    one(sapp(tmp_path, **{"operate-on-class-ids=0;2": "operate-on-class-ids=0;3"}), "operate-on-class-ids=[0, 3]",
+        "overrides")
+    one(sapp(tmp_path, **{"operate-on-class-ids=0;2": "operate-on-class-ids=-1"}), "ids >= 0", "create_secondary_gie")
+    one(sapp(tmp_path, **{"ll-lib-file=/opt": "ll-config-file=/opt"}), "[tracker] without ll-lib-file")
+    one(sapp(tmp_path, **{"config-file=config.txt\ngie": "gie"}), "config.txt runs in 0 enabled GIE groups")
+    assert app_group("secondary-gie") == app_group("secondary-gie-x") == "secondary-gie"  # APP: strncmp prefix
+    assert app_group("secondary-preprocess0") is None and app_group("source1") == "source"
 
 
 def _plan_record(**engine) -> dict:
