@@ -39,7 +39,8 @@ def main() -> None:
     if onnx is None:
         import mlit_edge
 
-        onnx = mlit_edge.load("pretrained:xxs-mnist5k").export(out=str(Path(tempfile.mkdtemp()) / "m.onnx"), precision="fp32").path
+        out = str(Path(tempfile.mkdtemp()) / "m.onnx")
+        onnx = mlit_edge.load("pretrained:xxs-mnist5k").export(out=out, precision="fp32").path
     mean, std = [0.1307] * 3, [0.3081] * 3
     pixels, labels = mnist5k_raw("test")  # uint8 (N, 28, 28), as the data set ships them
     grey = [np.repeat(p[:, :, None], 3, axis=-1) for p in pixels]
