@@ -191,8 +191,12 @@ def check_cmd(onnx_path: str, no_build: bool, jetpack: str | None, tensorrt: str
                    "mlit-edge-NAME-SHA (SHA: the artifact's sha256; ONNX Runtime's own cache key ignores the weights) "
                    "[default: /tmp (triton_config.DEFAULT_ENGINE_CACHE): any user may write it, cleared at boot; "
                    "give a folder only Triton's user writes to keep engines across reboots].")
+@click.option("--probabilities", is_flag=True,
+              help="Serve an .onnx whose output is probabilities: the graph with a Softmax over its logits appended, "
+                   "in float32 (the classification extension's scores are then probabilities).")
 @user_errors
-def export_triton(artifact: str, repo: str, name: str | None, kind: str, engine_cache: str | None) -> None:
+def export_triton(artifact: str, repo: str, name: str | None, kind: str, engine_cache: str | None,
+                  probabilities: bool) -> None:
     """A Triton Inference Server model folder for a .plan or .onnx artifact: REPO/NAME/config.pbtxt (platform,
     batch, input and output names, types and dims from the artifact itself, instance kind and accelerator from
     --kind, checked against Triton's documented rules), REPO/NAME/1/model.plan or model.onnx, and the sidecar as
@@ -205,7 +209,7 @@ def export_triton(artifact: str, repo: str, name: str | None, kind: str, engine_
     from ..runtime.triton import write_repository
 
     click.echo(str(write_repository(artifact, repo, name, warn=lambda line: click.echo(f"warning: {line}", err=True),
-                                    kind=kind, engine_cache=engine_cache)))
+                                    kind=kind, engine_cache=engine_cache, probabilities=probabilities)))
 
 
 @click.command("export-deepstream")

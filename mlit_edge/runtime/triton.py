@@ -81,11 +81,13 @@ def plan_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
     return sides[0], sides[1]
 
 
-def onnx_io(path: Path) -> tuple[list[Tensor], list[Tensor]]:
-    """An ONNX's inputs and outputs, from the graph (read without its weights)."""
+def onnx_io(path: Path, content: bytes | None = None) -> tuple[list[Tensor], list[Tensor]]:
+    """An ONNX's inputs and outputs, from the graph (read without its weights); `content`: the graph as it will
+    be served, when that is not the file's (a --probabilities copy)."""
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    graph = (onnx.load_from_string(content) if content is not None
+             else onnx.load(str(path), load_external_data=False)).graph
     weights = {t.name for t in graph.initializer}
 
     def tensors(values) -> list[Tensor]:
@@ -214,7 +216,7 @@ def _umask() -> int:
 
 def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None,
                      warn: Optional[Callable[[str], None]] = None, kind: str = "gpu",
-                     engine_cache: str | None = None) -> Path:
+                     engine_cache: str | None = None, probabilities: bool = False) -> Path:
     """Write the model folder for `artifact` into the repository `repo`; returns the model folder.
 
     Refuses an artifact that is not an mlit-edge classifier, a name Triton would not accept, a config that
@@ -223,6 +225,8 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     checked before the repository is touched. An ONNX's external data files are copied beside model.onnx; `warn`
     gets the ONNX Runtime version it needs. `kind` and `engine_cache`: where Triton runs it
     (`triton_config.placement`: "gpu", an ONNX with ONNX Runtime's TensorRT accelerator; "cpu", not for a plan).
+    `probabilities`: an ONNX served with a float32 Softmax over its logits appended (`graph_outputs`); a plan
+    cannot be edited, so it is refused there.
     """
     artifact, repo = Path(artifact), Path(repo)
     if artifact.suffix not in PLATFORMS:
@@ -236,15 +240,24 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         check_plan_consumer(record, artifact, "triton")
     name = model_name(name, artifact)
     platform, file_name = PLATFORMS[artifact.suffix]
-    inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact)
+    served = None
+    if probabilities:
+        if artifact.suffix != ".onnx":
+            raise ValueError(f"--probabilities: {artifact.name} is a plan, which cannot be edited; pass the .onnx, or "
+                             "build a plan from a graph that ends in probabilities")
+        from .graph_outputs import with_probabilities
+
+        served = with_probabilities(content)
+        record = {**record, "served_output": "probabilities: Softmax(logits) in float32, appended by export-triton"}
+    inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact, served)
     check_tensors(inputs, outputs, artifact.name)
     # a --raw-input graph's sidecar must say so, and no other's; a uint8 graph's its dtype (Triton's TYPE_UINT8)
     check_graph(record, inputs[0].name, artifact, "uint8" if inputs[0].dtype == "TYPE_UINT8" else "float32")
     is_onnx = artifact.suffix == ".onnx"
-    data = external_data(artifact, file_name) if is_onnx else []
+    data = external_data(artifact, file_name) if is_onnx and served is None else []  # the copy holds its weights
     notes = ort_notes(content, record) if is_onnx else ()
     labelled, label_text = labels(record, outputs, artifact)
-    place = placement(platform, kind, record, name, content, artifact.name, engine_cache)
+    place = placement(platform, kind, record, name, served or content, artifact.name, engine_cache)
     config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes, labelled,
                             describe(record) if len(inputs) == 1 else None, place=place,
                             profile_max=None if is_onnx else ArtifactRecord.of(record).max_batch)
@@ -254,7 +267,7 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     staging = _staging(repo, name)
     try:
         (staging / "1").mkdir()
-        (staging / "1" / file_name).write_bytes(content)  # the very bytes that were checked
+        (staging / "1" / file_name).write_bytes(content if served is None else served)  # the bytes checked
         for data_name in data:  # checked above: plain file names in the artifact's folder
             shutil.copyfile(artifact.parent / data_name, staging / "1" / data_name)
         (staging / "config.pbtxt").write_text(config)

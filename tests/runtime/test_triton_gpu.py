@@ -235,3 +235,26 @@ def test_every_config_export_triton_writes_passes_the_checker(variants, tmp_path
         cfg = exported(art, tmp_path / f"repo{i}", *more)
         check_config(cfg, *onnx_io(art))
         assert kind(cfg) == (["KIND_CPU"] if more else ["KIND_GPU"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_probabilities_serves_softmax_of_the_logits_in_float32(variants, precision, tmp_path):
+    """`export-triton --probabilities`: the served graph ends in a float32 Softmax over the logits, labelled for
+    the classification extension, exact against softmax(the artifact's own logits); a plan is refused."""
+    import numpy as np
+    import onnxruntime as ort
+
+    art = variants[precision]
+    cfg = exported(art, tmp_path / "repo", "--probabilities")
+    (out,) = cfg.output
+    assert out.name == "probabilities" and PB2.DataType.Name(out.data_type) == "TYPE_FP32"
+    assert out.label_filename == "labels.txt"
+    served = ort.InferenceSession(str(tmp_path / "repo" / cfg.name / "1" / "model.onnx"),
+                                  providers=["CPUExecutionProvider"])
+    logits = ort.InferenceSession(str(art), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((4, 3, 36, 36)).astype(np.float32)
+    p = served.run(["probabilities"], {"images": x})[0]
+    z = logits.run(["logits"], {"images": x})[0].astype(np.float64)
+    want = np.exp(z - z.max(1, keepdims=True))
+    np.testing.assert_allclose(p, want / want.sum(1, keepdims=True), atol=1e-6)
+    refused([fake_plan(tmp_path, plan_io()), "--probabilities"], tmp_path / "r2", "--probabilities", "cannot be edited")
