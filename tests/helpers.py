@@ -169,3 +169,22 @@ def glib_keyfile(path: Path) -> dict:
     proc = subprocess.run([python_with_gi(), "-c", GLIB_DUMP, str(path)], capture_output=True, text=True)
     assert proc.returncode == 0, f"GLib.KeyFile refused {path}: {proc.stderr[-2000:]}"
     return json.loads(proc.stdout)
+
+
+def load_file(path: Path, name: str | None = None):
+    """The Python file `path` (a script in benchmarks/, deploy/ or tools/, or a generated module) as a module,
+    without it being importable by name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name or Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_config_pb2():
+    """Triton's ModelConfig message, from tritonclient's generated module (not through the code under test, and
+    without tritonclient's gRPC client)."""
+    import tritonclient
+
+    return load_file(Path(tritonclient.__file__).parent / "grpc" / "model_config_pb2.py")

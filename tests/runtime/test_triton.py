@@ -1,27 +1,17 @@
 """`mlit-edge export-triton`: a Triton model repository whose config.pbtxt parses with Triton's own model-config
 protobuf (from tritonclient) and agrees with the artifact's sidecar and graph."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("onnx")
-tritonclient = pytest.importorskip("tritonclient")
+pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.runtime.triton_config import PARAMETER  # noqa: E402
-from tests.helpers import cli, tiny_model, fake_plan  # noqa: E402
-
-
-def model_config_pb2():
-    """Triton's ModelConfig message, loaded from tritonclient's generated module without its gRPC client."""
-    path = Path(tritonclient.__file__).parent / "grpc" / "model_config_pb2.py"
-    spec = importlib.util.spec_from_file_location("model_config_pb2", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import cli, tiny_model, fake_plan, model_config_pb2  # noqa: E402
 
 
 def parse(folder: Path):

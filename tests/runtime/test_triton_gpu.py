@@ -6,28 +6,18 @@ rules that its parser cannot see, refusing hand-made configs that break them. No
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("onnx")
-tritonclient = pytest.importorskip("tritonclient")
+pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.runtime.triton_config import Tensor  # noqa: E402
 from mlit_edge.runtime.triton_rules import check_config  # noqa: E402
-from tests.helpers import cli, export_tiny, fake_plan  # noqa: E402
-
-
-def model_config_pb2():
-    """Triton's ModelConfig message, loaded from tritonclient's generated module (not through the code under test)."""
-    path = Path(tritonclient.__file__).parent / "grpc" / "model_config_pb2.py"
-    spec = importlib.util.spec_from_file_location("model_config_pb2", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import cli, export_tiny, fake_plan, model_config_pb2  # noqa: E402
 
 
 PB2 = model_config_pb2()

@@ -1,24 +1,20 @@
 """`export-triton` labels: labels.txt beside config.pbtxt and `label_filename` on the logits, so that Triton's
 classification extension returns class names; parsed with Triton's own model-config protobuf."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("onnx")
-tritonclient = pytest.importorskip("tritonclient")
+pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.runtime.sidecar import read_sidecar, write_sidecar  # noqa: E402
-from tests.helpers import cli  # noqa: E402
+from tests.helpers import cli, model_config_pb2  # noqa: E402
 
 
 def _parse(folder: Path):
-    path = Path(tritonclient.__file__).parent / "grpc" / "model_config_pb2.py"
-    spec = importlib.util.spec_from_file_location("model_config_pb2", path)
-    pb2 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pb2)
+    pb2 = model_config_pb2()
     return text_format.Parse((folder / "config.pbtxt").read_text(), pb2.ModelConfig())
 
 

@@ -6,7 +6,6 @@ side runs, as `mlit-edge export --jetpack X` then `mlit-edge build --onnx` on th
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import load_file
 from tests.standins import JETPACKS, install
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -248,10 +248,7 @@ def test_a_dla_plan_runs_on_its_core_and_its_uncapturable_enqueue_falls_back(mon
 # ------------------------------------------------------------------------------ the device's own scripts
 
 def _gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "benchmarks" / "gpu_check.py")
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -348,10 +345,7 @@ def test_the_cuda_toolkits_version_file_is_read(tmp_path):
 
 
 def _first_hour():
-    spec = importlib.util.spec_from_file_location("first_hour", ROOT / "deploy" / "first_hour.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "deploy" / "first_hour.py")
 
 
 @pytest.mark.parametrize("profile", PROFILES)
