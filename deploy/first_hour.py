@@ -148,7 +148,8 @@ def report(onnx_dir: Path, out: Path, images_dir: Optional[Path] = None, n: int 
                 continue
             step(f"engine {label}", lambda: _fused_attention(built["plan"], built["record"]))
             step(f"predict {label}", lambda: _run_plan(built["plan"], images, reference, iters))
-    cores = int(import_trt("tensorrt").Builder(import_trt("tensorrt").Logger(1)).num_DLA_cores)
+    trt = import_trt("tensorrt")
+    cores = int(trt.Builder(trt.Logger(trt.Logger.ERROR)).num_DLA_cores)
     for onnx, precision in _dla_graphs(graphs) if cores else []:
         built = {}
         label = f"DLA core 0 {onnx.name} {precision}"

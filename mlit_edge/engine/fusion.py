@@ -39,15 +39,21 @@ class AttentionFusion:
         return not self.failed
 
 
+def _links(model) -> tuple[dict, dict[str, list]]:
+    """Each tensor's producing node and consuming nodes (no shape inference: cheap)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return producer, consumers
+
+
 class _Graph:
     def __init__(self, model) -> None:
         import onnx
 
-        self.producer = {o: n for n in model.graph.node for o in n.output}
-        self.consumers: dict[str, list] = {}
-        for n in model.graph.node:
-            for i in n.input:
-                self.consumers.setdefault(i, []).append(n)
+        self.producer, self.consumers = _links(model)
         self.consts = {t.name for t in model.graph.initializer}
         self.consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
         inferred = onnx.shape_inference.infer_shapes(model).graph
@@ -149,11 +155,7 @@ def layernorm_form(model) -> str:
     """How the graph writes LayerNorm: the opset-17 op, the decomposed pattern, or none."""
     ops = [n.op_type for n in model.graph.node]
     native = ops.count("LayerNormalization")
-    consumers: dict = {}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producer, consumers = _links(model)
 
     # an fp16 graph keeps LayerNorm in fp32 behind Casts, one per consumer (export.fp16): look through them
     def origin(name: str) -> str:

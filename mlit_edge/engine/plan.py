@@ -165,9 +165,7 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         config.set_timing_cache(cache, ignore_mismatch=False)
         settings["timing_cache"] = {"path": str(cache_path), "read_bytes": len(blob)}
     if opts.dla_core is not None:  # the layers the DLA cannot take, as TensorRT answers (engine/dla.py)
-        from .dla import configure_dla
-
-        from .dla import dla_placement
+        from .dla import configure_dla, dla_placement
 
         settings["dla"] = configure_dla(builder, config, network, module, opts.dla_core)
         if not opts.strongly_typed:  # fp32 pins cannot stay fp32 on the DLA: they run on the GPU (dla_int8.py)

@@ -8,6 +8,7 @@ how to rebuild.
 """
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import re
@@ -77,14 +78,24 @@ class DeviceEnv:
     module: str | None = None  # the Jetson module (/proc/device-tree/model): AGX Orin, Orin NX and Orin Nano are all sm_87
 
 
+def import_cudart():
+    """cuda-python's CUDA runtime module, by the path the installed version has: `cuda.bindings.runtime` from 12.6
+    (13.0 has only that), `cuda.cudart` in JetPack 5.1's 11.8.2 and 6.0's 12.2.1 (tests/standins/data/
+    cuda_python.json); a one-line RuntimeError naming what to install where there is none."""
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:
+        try:
+            from cuda import cudart
+        except ImportError:
+            raise RuntimeError("the TensorRT runner needs cuda-python (pip install 'cuda-python>=12.2,<13')") from None
+    return cudart
+
+
 def _cuda_props() -> tuple[str | None, str | None, str | None]:
     """GPU 0's name, compute capability and the CUDA runtime version, via cuda-python or nvidia-smi."""
     try:
-        try:
-            from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
-        except ImportError:  # JetPack 5.1's cuda-python 11.8 and 6.0's 12.2 have only the older path
-            from cuda import cudart
-
+        cudart = import_cudart()
         err, count = cudart.cudaGetDeviceCount()
         if int(err) == 0 and count > 0:
             err, props = cudart.cudaGetDeviceProperties(0)
@@ -111,8 +122,6 @@ def _cuda_props() -> tuple[str | None, str | None, str | None]:
 
 def cuda_toolkit(path: str = "/usr/local/cuda/version.json") -> str | None:
     """The installed CUDA toolkit's major.minor (JetPack and the CUDA installers write version.json), or None."""
-    import json
-
     try:
         version = json.loads(Path(path).read_text())["cuda"]["version"]
         return ".".join(str(version).split(".")[:2])

@@ -14,7 +14,7 @@ import numpy as np
 
 from .runners import Runner
 from .schema import ArtifactRecord
-from .trt_env import deserialize, import_trt, load_engine
+from .trt_env import deserialize, import_cudart, import_trt, load_engine
 
 if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
     import tensorrt as trt
@@ -30,15 +30,7 @@ def _ck(result):
     return values[0] if len(values) == 1 else tuple(values) if values else None
 
 
-def _cudart():
-    try:
-        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
-    except ImportError:
-        try:
-            from cuda import cudart  # older cuda-python, e.g. 12.2 for JetPack 6.0
-        except ImportError:
-            raise RuntimeError("the TensorRT runner needs cuda-python (pip install 'cuda-python>=12.2,<13')") from None
-    return cudart
+_cudart = import_cudart  # the name the calibrator and gpu_check import (and tests replace)
 
 
 # TensorRT's DataType names -> numpy. Not `tensorrt.nptype`: TensorRT 8.5's names `np.bool`, which numpy 1.24

@@ -18,7 +18,6 @@ from typing import Any, Callable
 from .device import Device, Graph
 
 DATA = Path(__file__).parent / "data" / "cuda_python.json"
-_UNSET = object()
 
 
 def spec(version: str) -> dict:

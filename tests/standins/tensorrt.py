@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from mlit_edge.engine.trt_sources import op_table
+from mlit_edge.runtime.trt_runner import NUMPY_TYPES
 
 from .device import Device
 
 API = Path(__file__).resolve().parents[2] / "mlit_edge" / "engine" / "data" / "trt_python_api.json"
 MAGIC = b"MLIT-STANDIN-PLAN\n"
-NP = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_,
-      "UINT8": np.uint8, "INT64": np.int64}
+NP = NUMPY_TYPES  # the runner's own DataType -> numpy map
 ONNX_TYPES = {1: "FLOAT", 2: "UINT8", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 10: "HALF"}
 LAYER_OF_OP = {"Conv": "CONVOLUTION", "MatMul": "MATRIX_MULTIPLY", "Gemm": "MATRIX_MULTIPLY", "Softmax": "SOFTMAX",
                "TopK": "TOPK", "LayerNormalization": "NORMALIZATION", "ReduceMean": "REDUCE", "ReduceSum": "REDUCE",
