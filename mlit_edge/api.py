@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench.call import Report, bench  # the API's bench is the bench stage's own call
+from .runtime.messages import escaped
 from .runtime.schema import ArtifactRecord
 
 __all__ = ["Artifact", "Model", "Report", "bench", "load"]
@@ -53,10 +54,10 @@ def _request(cls, where: str, spec: str, kw: dict[str, Any]):
     unknown = sorted(set(kw) - set(valid))
     if unknown:
         raise TypeError(f"{where}: unknown keyword {', '.join(unknown)}; valid: {', '.join(valid)}")
-    for name in ("jetpack", "tensorrt"):
+    for name in ("jetpack", "tensorrt", "pad_heads"):
         if isinstance(kw.get(name), (int, float)) and not isinstance(kw[name], bool):
-            kw[name] = str(kw[name])  # jetpack=6.2 is "6.2"
-    return cls(checkpoint=spec, **kw)
+            kw[name] = str(kw[name])  # jetpack=6.2 is "6.2", pad_heads=24 is "24"; nan is refused as 'nan'
+    return cls(checkpoint=spec, **kw)  # every value checked by the request, in the CLI's words, before any work
 
 
 class Model:
@@ -75,6 +76,7 @@ class Model:
         """The PyTorch classifier (eval mode)."""
         return self.source.model
 
+    @escaped
     def export(self, **kw: Any) -> Artifact | list[Artifact]:
         """`mlit-edge export`: the fp32 ONNX, checked against PyTorch, and the variant asked for beside it
         (`precision="fp16"` returns that artifact; `precisions=("fp16", "int8")` a list, one per precision).
@@ -86,7 +88,9 @@ class Model:
         if single:
             if "precisions" in kw:
                 raise TypeError("export: give precision= or precisions=, not both")
-            if not isinstance(kw["precision"], str) or "," in kw["precision"]:
+            if not isinstance(kw["precision"], str):
+                raise TypeError(f"export: precision={kw['precision']!r} is not a str; e.g. precision='fp16'")
+            if "," in kw["precision"]:
                 raise ValueError(f"export: precision={kw['precision']!r} is one precision; give precisions=(...) "
                                  "for several")
             kw["precisions"] = (kw.pop("precision"),)
@@ -97,6 +101,7 @@ class Model:
         asked = [made[p] for p in req.precisions]  # the plan makes the fp32 ONNX too; return what was asked for
         return asked[0] if single else asked
 
+    @escaped
     def build(self, **kw: Any) -> Artifact:
         """`mlit-edge build`: the export, then the engine (a TensorRT .plan, or the ONNX for ONNX Runtime where
         TensorRT is absent). Keywords are `BuildRequest`'s (`precision`, `target`, `out`, `jetpack`, ...)."""
@@ -116,12 +121,15 @@ class Model:
         return f"mlit_edge.Model({self.spec!r}: mLiT-{(self.record.size or '?').upper()})"
 
 
+@escaped
 def load(spec: str | os.PathLike) -> Model:
     """A model to export and bench: a checkpoint path (`.pt`, or a `model.safetensors` with its config.json)
     or `pretrained:NAME` (`mlit-edge pretrained` lists them)."""
     from .export.requests import ExportOptions
     from .export.source import open_source
+    from .runtime.values import PathArg, check_value
 
-    spec = os.fspath(spec)
+    # '' or None would be "no checkpoint", which opens the default pretrained model: refused as the CLI refuses it
+    spec = check_value(PathArg(), spec, "--checkpoint")
     return Model(spec, open_source(ExportOptions(checkpoint=spec)))
 

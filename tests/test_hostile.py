@@ -39,11 +39,9 @@ def good(trained_onnx, trained_checkpoint) -> tuple[Path, Path]:
     return trained_onnx, trained_checkpoint[1]
 
 
-@pytest.mark.slow
-def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, tmp_path):
-    art, ckpt = good
-    cases = make_corpus(tmp_path / "corpus", art, ckpt)
-    before = {**hashes(art.parent), "ckpt": sha(ckpt)}
+def replay(cases, art: Path, corpus: Path) -> list[str]:
+    """Run each case through the CLI in this process: the problems, one line per case that did not get its
+    outcome (exit code, one `Error:` line with its phrase, no traceback or raw escape code, files kept)."""
     runner, failures = CliRunner(), []
     for case in cases:
         kept = {path: sha(path) for path in case.extra.get("unchanged", ())}
@@ -67,7 +65,7 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
             got = json.loads(r.output)[0]
             if (got.get("class_id"), round(got.get("prob", -1), 6)) != (want["class_id"], round(want["prob"], 6)):
                 problems.append(f"predicted {got}, the 8-bit image gets {want}")
-        if "no_folder" in case.extra and (tmp_path / "corpus" / case.extra["no_folder"]).exists():
+        if "no_folder" in case.extra and (corpus / case.extra["no_folder"]).exists():
             problems.append("left an output folder behind")
         changed = [path for path, digest in kept.items() if not Path(path).is_file() or sha(path) != digest]
         if changed:
@@ -76,6 +74,15 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
             problems.append(problem)
         if problems:
             failures.append(f"{case.defect}: {case.name}: {'; '.join(problems)}")
+    return failures
+
+
+@pytest.mark.slow
+def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, tmp_path):
+    art, ckpt = good
+    cases = make_corpus(tmp_path / "corpus", art, ckpt)
+    before = {**hashes(art.parent), "ckpt": sha(ckpt)}
+    failures = replay(cases, art, tmp_path / "corpus")
     assert not failures, "\n".join(failures)
     assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before  # nothing good was touched
     assert {c.defect for c in cases} == {"bomb", "modes", "sidecar", "memory", "checkpoint", "round2", "round3",
@@ -83,6 +90,23 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
     assert len([c for c in cases if c.defect == "round3"]) >= 20 and len(cases) >= 144
     per_defect = {d: sum(c.defect == d for c in cases) for d in ("clobber", "triton")}
     assert per_defect["clobber"] >= 8 and per_defect["triton"] >= 12  # issue 35
+
+
+# Round 4 (issue 47), one corpus module per surface, replayed side by side: tests/hostile_r4_<surface>.py
+ROUND4 = ("check", "deepstream", "weights", "api", "device")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("surface", ROUND4)
+def test_round4_corpus_replays(good, tmp_path, surface):
+    import importlib
+
+    art, ckpt = good
+    cases = importlib.import_module(f"tests.hostile_r4_{surface}").cases(tmp_path / "corpus", art, ckpt)
+    before = {**hashes(art.parent), "ckpt": sha(ckpt)}
+    failures = replay(cases, art, tmp_path / "corpus")
+    assert not failures, "\n".join(failures)
+    assert {**hashes(art.parent), "ckpt": sha(ckpt)} == before
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import os
 from dataclasses import fields
 from typing import Any, Iterable, List, Optional, Union
 
+from ..runtime.messages import escaped
 from .options import BenchConfig, provider_names
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -37,12 +38,14 @@ class Report:
         return f"mlit_edge.bench.Report({len(self.rows)} rows{failed})"
 
 
+@escaped
 def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optional[PathLike] = None,
           **kw: Any) -> Report:
     """Bench `artifacts`: paths, `pretrained:NAME`, or anything `os.PathLike` (the API's artifacts and models:
     a model's path is its checkpoint). Keywords are `BenchConfig`'s, with the CLI's defaults (each artifact in
     its own process, ONNX Runtime on the CPU); `providers` may be the CLI's "cpu,cuda"; `json` and `plot` are
     the CLI's --json and --plot."""
+    from ..runtime.values import PathArg, check_value
     from .suite import bench_and_save
 
     valid = sorted(f.name for f in fields(BenchConfig))
@@ -52,9 +55,17 @@ def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optio
     kw.setdefault("isolate", True)  # the CLI's --isolate
     providers = kw.get("providers", "cpu")
     kw["providers"] = provider_names(providers) if isinstance(providers, str) else providers
+    if isinstance(kw["providers"], list):
+        kw["providers"] = tuple(kw["providers"])
     if kw.get("iterations") is not None:
         kw["duration_s"] = None  # exactly N calls, as the CLI's --iterations
-    if isinstance(kw.get("batches"), int):
-        kw["batches"] = (kw["batches"],)
-    paths = [os.fspath(a) for a in ([artifacts] if isinstance(artifacts, (str, os.PathLike)) else artifacts)]
-    return Report(bench_and_save(paths, BenchConfig(**kw), json, plot))
+    cfg = BenchConfig(**kw)  # every value checked, in the CLI's words, before anything is opened
+    json = check_value(PathArg(optional=True), json, "--json")
+    plot = check_value(PathArg(optional=True), plot, "--plot")
+    single = isinstance(artifacts, (str, os.PathLike))
+    if not single and (isinstance(artifacts, bytes) or not isinstance(artifacts, Iterable)):
+        raise TypeError(f"bench: artifacts {artifacts!r}: expected a path or a list of paths")
+    paths = [check_value(PathArg(), a, "ARTIFACTS") for a in ([artifacts] if single else artifacts)]
+    if not paths:
+        raise ValueError("ARTIFACTS: give at least one artifact to bench")
+    return Report(bench_and_save(paths, cfg, json, plot))

@@ -107,25 +107,28 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
     # timing first: the run memory is then the timed runner's alone, before the fidelity pass's runner
     rng = np.random.default_rng(0)
     power = PowerSampler.start()  # tegrastats on a Jetson (its idle draw first); None elsewhere: no power fields
-    for b in cfg.batches:
-        if runner.static_batch and b != runner.static_batch:
-            notes.append(f"batch {b} skipped: the graph has a fixed batch of {runner.static_batch}")
-            continue
-        x = images[:b] if images is not None and len(images) >= b else random_batch(runner, b, rng)
-        logger.info(f"timing {path.name} batch {b} ...")
-        try:
-            stats = time_runner(lambda: runner.infer({runner.input_name: x}), b, cfg.warmup_ms, cfg.warmup_iters,
-                                cfg.duration_s, cfg.iterations, gpu_ms=lambda: runner.last_gpu_ms)
-        except ValueError as e:  # e.g. a batch outside a TensorRT profile
-            notes.append(f"batch {b}: {e}")
-            continue
-        if power is not None:  # the readings of the timed calls alone, which ended just now
-            notes += power.add_to(stats, time.perf_counter(), b)
-        stats["run_rss_mb"] = rss_mb() - before  # what this artifact holds after this batch
-        stats["peak_rss_mb"] = peak_rss_mb()
-        entry["latency"][str(b)] = stats
-    if power is not None:
-        power.stop()
+    try:
+        for b in cfg.batches:
+            if runner.static_batch and b != runner.static_batch:
+                notes.append(f"batch {b} skipped: the graph has a fixed batch of {runner.static_batch}")
+                continue
+            x = images[:b] if images is not None and len(images) >= b else random_batch(runner, b, rng)
+            logger.info(f"timing {path.name} batch {b} ...")
+            try:
+                stats = time_runner(lambda: runner.infer({runner.input_name: x}), b, cfg.warmup_ms,
+                                    cfg.warmup_iters, cfg.duration_s, cfg.iterations,
+                                    gpu_ms=lambda: runner.last_gpu_ms)
+            except ValueError as e:  # e.g. a batch outside a TensorRT profile
+                notes.append(f"batch {b}: {e}")
+                continue
+            if power is not None:  # the readings of the timed calls alone, which ended just now
+                notes += power.add_to(stats, time.perf_counter(), b)
+            stats["run_rss_mb"] = rss_mb() - before  # what this artifact holds after this batch
+            stats["peak_rss_mb"] = peak_rss_mb()
+            entry["latency"][str(b)] = stats
+    finally:  # an error or SIGTERM mid-timing too: tegrastats and what it forked never outlive the bench
+        if power is not None:
+            notes += power.stop()
     if images is not None:
         from ..runtime.runners import predict_all
 

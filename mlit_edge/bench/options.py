@@ -7,7 +7,8 @@ from typing import Callable
 import numpy as np
 
 from ..runtime.artifact import BATCH_PROFILE, RunnerOptions
-from ..runtime.runners import Runner
+from ..runtime.runners import Runner, max_threads
+from ..runtime.values import Flag, Float, Int, Ints, PathArg, Text, arg, validate
 
 ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
                  "tensorrt": "TensorrtExecutionProvider"}
@@ -15,6 +16,8 @@ ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
 
 def provider_names(csv: str) -> tuple[str, ...]:
     """`--ort-providers cpu,cuda` as ONNX Runtime's provider names."""
+    if not isinstance(csv, str):
+        raise TypeError(f"--ort-providers {csv!r}: expected names such as 'cpu,cuda'")
     names = [p.strip().lower() for p in csv.split(",") if p.strip()]
     unknown = [p for p in names if p not in ORT_PROVIDERS]
     if unknown or not names:
@@ -26,27 +29,29 @@ def provider_names(csv: str) -> tuple[str, ...]:
 class BenchConfig:
     """What `mlit-edge bench` was asked to measure; see the CLI's --help for each field."""
 
-    batches: tuple[int, ...] = BATCH_PROFILE
-    warmup_ms: float = 200.0
-    warmup_iters: int = 10
-    duration_s: float | None = 2.0
-    iterations: int | None = None
-    threads: int | None = None
-    cuda_graph: bool = False
+    batches: tuple[int, ...] = arg(BATCH_PROFILE, Ints(1), "--batch")
+    warmup_ms: float = arg(200.0, Float(0))
+    warmup_iters: int = arg(10, Int(0))
+    duration_s: float | None = arg(2.0, Float(0.01, optional=True), "--duration")  # None: `iterations` calls
+    iterations: int | None = arg(None, Int(1, optional=True))
+    # past 8 per core the OpenMP runtime of torch or ONNX Runtime can fail to start them (a SIGSEGV, not an error)
+    threads: int | None = arg(None, Int(1, max_threads, optional=True))
+    cuda_graph: bool = arg(False, Flag())
     providers: tuple[str, ...] | None = None
-    data: str | None = None
-    split: str = "test"
-    limit: int | None = None
-    data_root: str = "data"
-    reference: str | None = None
-    isolate: bool = False  # each artifact in its own fresh process (clean memory figures)
-    ort_arena: bool = True  # ONNX Runtime's CPU memory arena
+    data: str | None = arg(None, PathArg(optional=True))  # a dataset name or an ImageFolder path
+    split: str = arg("test", Text())
+    limit: int | None = arg(None, Int(1, optional=True))
+    data_root: str = arg("data", PathArg())
+    reference: str | None = arg(None, PathArg(optional=True))
+    isolate: bool = arg(False, Flag())  # each artifact in its own fresh process (clean memory figures)
+    ort_arena: bool = arg(True, Flag())  # ONNX Runtime's CPU memory arena
 
     def __post_init__(self) -> None:
-        if not self.batches or min(self.batches) < 1:
-            raise ValueError(f"batch sizes must be at least 1, got {list(self.batches)}")
-        if self.iterations is None and (self.duration_s is None or self.duration_s <= 0):
+        validate(self)  # types and ranges in the CLI's words (runtime.values), before anything is opened
+        if self.iterations is None and self.duration_s is None:
             raise ValueError("give a positive duration or a number of iterations")
+        if isinstance(self.providers, str) or not all(isinstance(p, str) for p in self.providers or ()):
+            raise TypeError(f"--ort-providers {self.providers!r}: expected a tuple of ONNX Runtime provider names")
         unknown = set(self.providers or ()) - set(ORT_PROVIDERS.values())
         if unknown:
             raise ValueError(f"unknown ONNX Runtime providers {sorted(unknown)}")

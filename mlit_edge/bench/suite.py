@@ -15,7 +15,7 @@ from pathlib import Path
 from ..export.torch_runner import checkpoint_opener
 from ..runtime.artifact import artifact_format
 from ..runtime.schema import ArtifactRecord
-from ..runtime.messages import printable
+from ..runtime.messages import printable, require_file
 from .one_artifact import bench_artifact, open_any
 from .options import BenchConfig, Reference
 from .host import check_memory, environment
@@ -65,9 +65,8 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         return str(file)
 
     paths = [resolve(p) for p in paths]
-    for p in paths:
-        if not Path(p).exists():
-            raise FileNotFoundError(f"{p} does not exist")
+    for p in paths:  # a FIFO or a device would block the first read, or never end
+        require_file(p)
     formats = {p: artifact_format(p).name for p in paths}  # unknown types refused before any work
     for p in paths:
         _readable(p, formats[p])

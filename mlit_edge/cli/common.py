@@ -16,9 +16,43 @@ USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, Arithmeti
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
 
 
-# A seed is 0 to 2^32 - 1: numpy's default_rng refuses a negative one, torch.manual_seed one past 2^64 (and the
-# loader's per-epoch seed, seed * 1000003 + ..., must stay within it), both in the library's words and mid-run
-SEED = click.IntRange(0, 2 ** 32 - 1)
+class Checked(click.ParamType):
+    """An option read and checked by the rule its request field is checked by (`runtime.values`): the CLI and
+    the Python API refuse a value at the same bounds, in the same words, and the rule lives in one place."""
+
+    def __init__(self, rule) -> None:
+        self.rule = rule
+        self.name = rule.name
+
+    def get_metavar(self, param, ctx=None) -> str:
+        """The type and, for a bounded number, its range as click's IntRange shows it (`INTEGER 1<=x<=16`)."""
+        from ..runtime.values import Float, Int, describe_range
+
+        bounds = self.rule.bounds() if isinstance(self.rule, (Int, Float)) else (None, None)
+        return " ".join([self.name.upper(), *([describe_range(*bounds)] if bounds != (None, None) else [])])
+
+    def convert(self, value, param, ctx):
+        try:  # an option's text is parsed; a default (already a value) is only checked
+            return self.rule.parse(value) if isinstance(value, str) else self.rule.check(value)
+        except (TypeError, ValueError) as e:
+            self.fail(str(e), param, ctx)
+
+
+def checked(cls, name: str) -> Checked:
+    """The click type of the option that fills field `name` of the request dataclass `cls`."""
+    from ..runtime.values import rule_of
+
+    return Checked(rule_of(cls, name))
+
+
+def _seed() -> Checked:
+    from ..export.requests import SEED_MAX
+    from ..runtime.values import Int
+
+    return Checked(Int(0, SEED_MAX))
+
+
+SEED = _seed()  # export.requests.SEED_MAX says why a seed is 0 to 2^32 - 1
 
 
 class FiniteFloat(click.FloatRange):
@@ -32,12 +66,13 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
-def thread_count() -> click.IntRange:
+def thread_count() -> Checked:
     """The type of a --threads option: 1 to 8 per core of this machine (`runtime.runners.max_threads`); past
-    that the OpenMP runtime of torch or ONNX Runtime can fail to start them instead of refusing in one line."""
-    from ..runtime.runners import max_threads
+    that the OpenMP runtime of torch or ONNX Runtime can fail to start them instead of refusing in one line.
+    The rule is `BenchConfig.threads`'s, which the Python API and `Classifier.load` check with too."""
+    from ..bench.options import BenchConfig
 
-    return click.IntRange(min=1, max=max_threads())
+    return checked(BenchConfig, "threads")
 
 
 def check_size(ctx: click.Context | None, param: click.Parameter | None, value: str | None) -> str | None:
@@ -54,37 +89,35 @@ def parse_set(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
 
 
 def int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated integers, e.g. 1,8,64") from None
-    if not out or min(out) < 1:
-        raise click.BadParameter(f"{value!r}: batch sizes must be at least 1")
-    return out
+    """Comma-separated batch sizes, read by `BenchConfig.batches`'s rule."""
+    from ..bench.options import BenchConfig
+
+    return checked(BenchConfig, "batches").convert(value, param, ctx)
 
 
 def batch_triple(ctx: click.Context, param: click.Parameter, value: str | None):
-    if value is None:
-        return None
-    try:
-        lo, opt, hi = (int(v) for v in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected MIN,OPT,MAX, e.g. 1,8,64") from None
-    return lo, opt, hi
+    """MIN,OPT,MAX, read by `BuildRequest.dynamic_batch`'s rule (its order is the request's to check)."""
+    from ..export.requests import BuildRequest
+
+    return None if value is None else checked(BuildRequest, "dynamic_batch").convert(value, param, ctx)
 
 
 def user_errors(fn):
     """Turn expected failures (bad paths, bad values, refused checkpoints) into one-line errors."""
+    from ..runtime.terminate import EXIT_CODE, Terminated, sigterm_raises
+
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: the command's temporaries are removed
+                return fn(*args, **kwargs)
         except USER_ERRORS as e:
             raise click.ClickException(printable(first_line(e))) from None
-        except KeyboardInterrupt:
-            click.echo("interrupted; the last completed epoch's checkpoint is intact (use --resume)"
-                       if fn.__name__ in TRAINING else "interrupted", err=True)
-            sys.exit(130)
+        except (KeyboardInterrupt, Terminated) as e:
+            what = "terminated" if isinstance(e, Terminated) else "interrupted"
+            click.echo(f"{what}; the last completed epoch's checkpoint is intact (use --resume)"
+                       if fn.__name__ in TRAINING else what, err=True)
+            sys.exit(EXIT_CODE if isinstance(e, Terminated) else 130)
     return wrapper
 
 
@@ -100,6 +133,14 @@ def log(line: str) -> None:
 
 SIZE = click.option("--size", default="xxs", show_default=True, callback=check_size,
                     help=f"Model size, one of: {', '.join(SIZES)}.")
-OPSET = click.option("--opset", default=DEFAULT_OPSET, show_default=True, type=click.IntRange(OPSETS[0], OPSETS[-1]),
-                     help="ONNX opset of the portable graph (TensorRT's); ONNX Runtime's fused one is opset 23.")
+def _opset() -> Checked:
+    from ..export.requests import ExportOptions
+
+    return checked(ExportOptions, "opset")
+
+
+OPSET = click.option("--opset", default=None, type=_opset(),
+                     help=f"ONNX opset of the portable graph (TensorRT's), {OPSETS[0]}-{OPSETS[-1]}; ONNX Runtime's "
+                          f"fused one is opset 23 [default: {DEFAULT_OPSET}, or the newest a --jetpack's parser "
+                          "reads; a given opset past that is refused].")
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -10,7 +9,7 @@ from ..export import FRONTENDS, PRECISIONS, TARGETS
 from ..export.requests import BuildRequest, ExportOptions, ExportRequest
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.profiles import JETPACKS, TENSORRTS
-from .common import SEED, FiniteFloat, OPSET, batch_triple, check_size, default, user_errors
+from .common import OPSET, batch_triple, check_size, checked, default, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
                       help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
@@ -25,7 +24,7 @@ def _export_options(fn):
                      help="A trained mLiT checkpoint, or pretrained:NAME (mlit-edge pretrained lists them) "
                           "[default: the size's pretrained model where one ships, else random weights]."),
         click.option("--num-classes", default=default(ExportOptions, "num_classes"), show_default=True,
-                     type=click.IntRange(min=1), help="Head size for random weights."),
+                     type=checked(ExportOptions, "num_classes"), help="Head size for random weights."),
         OPSET,
         click.option("--jetpack", default=None, type=click.Choice(JETPACKS),
                      help="The Jetson's JetPack: the graph and the engine follow its TensorRT (5.1: 8.5, opset 17, "
@@ -54,7 +53,7 @@ def _export_options(fn):
                      help="INT8 calibration: a dataset name, an ImageFolder path, or a recipe JSON "
                           "(calibration/*.json) [default: the checkpoint's dataset, else mnist5k]."),
         click.option("--calib-n", default=default(ExportOptions, "calib_n"), show_default=True,
-                     type=click.IntRange(min=1), help="Calibration images, stratified over the classes."),
+                     type=checked(ExportOptions, "calib_n"), help="Calibration images, stratified over the classes."),
         click.option("--data-root", default=default(ExportOptions, "data_root"), show_default=True,
                      type=click.Path(file_okay=False)),
         FORCE,
@@ -71,7 +70,7 @@ def _export_options(fn):
 @click.option("--out", "out", default=default(ExportRequest, "out"), show_default=True,
               type=click.Path(dir_okay=False),
               help="The fp32 ONNX; variants are written beside it as NAME-fp16.onnx and NAME-int8.onnx.")
-@click.option("--batch", default=None, type=click.IntRange(min=1),
+@click.option("--batch", default=None, type=checked(ExportRequest, "batch"),
               help="Fix the batch size [default: dynamic batch].")
 @click.option("--probe", is_flag=True, help="Also output each layer's top-k expert indices (routing checks).")
 @click.option("--precision", "precisions", default=",".join(default(ExportRequest, "precisions")),
@@ -106,22 +105,24 @@ def export(**kw) -> None:
 @click.option("--frontend", default=default(BuildRequest, "frontend"), show_default=True,
               type=click.Choice(FRONTENDS),
               help="torch-tensorrt compiles to_deploy(model) with torch-tensorrt (CUDA workstations, fp32/fp16).")
-@click.option("--batch", default=None, type=click.IntRange(min=1),
+@click.option("--batch", default=None, type=checked(BuildRequest, "batch"),
               help="A static batch size (static shapes everywhere, CUDA-graph friendly).")
 @click.option("--dynamic-batch", default=None, callback=batch_triple,
               help=f"MIN,OPT,MAX of the engine's batch profile [default: {','.join(map(str, BATCH_PROFILE))}].")
 @click.option("--workspace", default=default(BuildRequest, "workspace"), show_default=True,
-              type=FiniteFloat(min=0.0625), help="Builder memory-pool limit in GiB.")
+              type=checked(BuildRequest, "workspace"), help="Builder memory-pool limit in GiB.")
 @click.option("--timing-cache", default=None, type=click.Path(dir_okay=False),
               help="TensorRT timing cache: read if it exists, written after the build.")
-@click.option("--dla-core", default=None, type=click.IntRange(min=0),
+@click.option("--dla-core", default=None, type=checked(BuildRequest, "dla_core"),
               help="Run on this DLA core with GPU fallback (Jetson Orin/Xavier).")
-@click.option("--calib-seed", default=default(BuildRequest, "calib_seed"), show_default=True, type=SEED)
+@click.option("--calib-seed", default=default(BuildRequest, "calib_seed"), show_default=True,
+              type=checked(BuildRequest, "calib_seed"))
 @click.option("--calib-cache", default=None, type=click.Path(file_okay=False),
               help="Calibration cache folder [default: ~/.cache/mlit-edge/calibration].")
 @click.option("--no-calib-cache", is_flag=True, help="Always recalibrate.")
 @click.option("--min-expert-tokens", default=default(BuildRequest, "min_expert_tokens"), show_default=True,
-              type=click.IntRange(min=1), help="Warn when an expert gets fewer calibration tokens than this.")
+              type=checked(BuildRequest, "min_expert_tokens"),
+              help="Warn when an expert gets fewer calibration tokens than this.")
 @click.option("--out", default=default(BuildRequest, "out"), show_default=True, type=click.Path(file_okay=False),
               help="Output folder for the .onnx/.plan files and their .json sidecars.")
 @click.option("--eval/--no-eval", "evaluate", default=default(BuildRequest, "evaluate"),
@@ -155,24 +156,34 @@ def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
 @click.option("--no-build", is_flag=True, help="Static checks only, even where TensorRT is installed.")
 @click.option("--jetpack", default=None, type=click.Choice(JETPACKS),
               help="Check the ops and opset against that JetPack's TensorRT operator table (onnx-tensorrt's "
-                   "docs/operators.md on its branch) [default: TensorRT 10's opsets].")
+                   "docs/operators.md on its branch) [default: the profile the graph's own sidecar records, "
+                   "else TensorRT 10's opsets].")
 @click.option("--tensorrt", default=None, type=click.Choice(sorted(TENSORRTS)), help="The same, by TensorRT version.")
 @click.option("--json", "as_json", is_flag=True)
 @user_errors
 def check_cmd(onnx_path: str, no_build: bool, jetpack: str | None, tensorrt: str | None, as_json: bool) -> None:
     """TensorRT compatibility report: denied ops, static shapes, TopK limits, and a real TensorRT(-RTX)
-    parse and strongly typed engine build where one is installed. Exits non-zero when not buildable."""
+    parse and strongly typed engine build where one is installed. Without --jetpack, the profile the graph's own
+    sidecar records (when its sha256 matches). Not buildable: the whole report, then one error line naming its
+    first FAIL, and exit status 1."""
     from dataclasses import asdict
+    from pathlib import Path
 
     from ..engine.check import check
     from ..engine.check import format_report
 
+    from ..runtime.messages import require_file
     from ..runtime.profiles import named_profile
 
+    require_file(onnx_path)  # a device or FIFO is said as such, before anything opens it (which could block)
     rep = check(onnx_path, build=not no_build, profile=named_profile(jetpack, tensorrt))
     click.echo(json.dumps({**asdict(rep), "ok": rep.ok}, indent=2) if as_json else format_report(rep))
-    if not rep.ok:
-        sys.exit(1)
+    if not rep.ok:  # the report says every reason; the one error line (rc 1) names the first
+        b = rep.build or {}
+        first = rep.problems[0] if rep.problems else \
+            f"{b.get('module')} {b.get('stage')} failed: {(b.get('errors') or ['no error given'])[0]}"
+        raise ValueError(f"{Path(onnx_path).name} is not TensorRT-buildable: {first}"
+                         + (f" (and {len(rep.problems) - 1} more FAIL lines)" if len(rep.problems) > 1 else ""))
 
 
 @click.command("export-triton")
@@ -281,5 +292,6 @@ def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, thre
               "operate_on_gie_id": options["operate_on_gie_id"], "async_mode": options["async_mode"],
               "primary_config": options["primary_config"]}
         sec = Secondary(**{k: v for k, v in kw.items() if v is not None})
-    click.echo(str(write_deepstream(artifact, out, uri or SAMPLE_STREAM, batch=batch, threshold=threshold,
+    uri = SAMPLE_STREAM if uri is None else uri  # --uri '' is refused, not taken for the sample stream
+    click.echo(str(write_deepstream(artifact, out, uri, batch=batch, threshold=threshold,
                                     secondary=sec)))

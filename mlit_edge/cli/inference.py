@@ -9,7 +9,8 @@ import click
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from .common import FiniteFloat, int_list, thread_count, user_errors
+from ..bench.options import BenchConfig
+from .common import FiniteFloat, checked, default, int_list, thread_count, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
                           help="Refuse, per file and before decoding, images with more pixels than this.")
@@ -20,15 +21,18 @@ MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_defau
               help="PyTorch checkpoint to compare against [default: a .pt among ARTIFACTS, else the sidecar's].")
 @click.option("--data", default=None, help="Dataset name or ImageFolder path [default: the model's dataset].")
 @click.option("--split", default="test", show_default=True)
-@click.option("--limit", default=None, type=click.IntRange(min=1), help="Use only the first N images.")
+@click.option("--limit", default=None, type=checked(BenchConfig, "limit"), help="Use only the first N images.")
 @click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
 @click.option("--batch", "batches", default=",".join(map(str, BATCH_PROFILE)), show_default=True, callback=int_list,
               help="Comma-separated batch sizes to time.")
-@click.option("--warmup-ms", default=200.0, show_default=True, type=FiniteFloat(min=0))
-@click.option("--warmup-iters", default=10, show_default=True, type=click.IntRange(min=0))
-@click.option("--duration", "duration_s", default=2.0, show_default=True, type=FiniteFloat(min=0.01),
-              help="Seconds of timed calls per artifact and batch.")
-@click.option("--iterations", default=None, type=click.IntRange(min=1), help="Time exactly N calls instead.")
+@click.option("--warmup-ms", default=default(BenchConfig, "warmup_ms"), show_default=True,
+              type=checked(BenchConfig, "warmup_ms"))
+@click.option("--warmup-iters", default=default(BenchConfig, "warmup_iters"), show_default=True,
+              type=checked(BenchConfig, "warmup_iters"))
+@click.option("--duration", "duration_s", default=default(BenchConfig, "duration_s"), show_default=True,
+              type=checked(BenchConfig, "duration_s"), help="Seconds of timed calls per artifact and batch.")
+@click.option("--iterations", default=None, type=checked(BenchConfig, "iterations"),
+              help="Time exactly N calls instead.")
 @click.option("--threads", default=None, type=thread_count(),
               help="CPU threads (ONNX Runtime, torch), at most 8 per core of this machine.")
 @click.option("--ort-providers", "providers", default="cpu", show_default=True,

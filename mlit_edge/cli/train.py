@@ -166,11 +166,12 @@ def export_weights(checkpoint: str, out: str, force: bool) -> None:
     """A checkpoint (or pretrained:NAME) as model.safetensors + config.json, for sharing: the weights with no
     pickle, and the config, classes, preprocessing and provenance (the checkpoint's sha256). Training state
     (optimizer, epoch counters for --resume) stays in the .pt."""
+    from ..runtime.messages import printable
     from ..train.export_weights import export_weights as write
 
     config = write(checkpoint, out, force)
-    click.echo(f"{out}: model.safetensors ({config['weights']['bytes']} bytes, sha256 "
-               f"{config['weights']['sha256'][:12]}) and config.json, from {checkpoint}")
+    click.echo(f"{printable(out)}: model.safetensors ({config['weights']['bytes']} bytes, sha256 "
+               f"{config['weights']['sha256'][:12]}) and config.json, from {printable(checkpoint)}")
 
 
 @click.command()

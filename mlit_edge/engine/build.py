@@ -66,6 +66,9 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
 
         check_dla_int8(target[0], trt, req.onnx)
     source = source or open_source(req, req.onnx)
+    if source.onnx is not None:
+        _graph_decides(source.onnx, source.record.raw)
+        _well_formed(source.onnx)
     # where TensorRT itself builds (the device), its version decides the profile; the DLA's INT8 exports fp32
     plan = resolve_plan(replace(req, precision="fp32") if dla_int8 else req, source, target,
                         trt.__version__ if trt is not None and target[0] == "tensorrt" else None)
@@ -98,6 +101,46 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
                     f"(+ {plan.engine.name}.json)")
         return BuildResult(plan.engine, ArtifactRecord.of(record), final.path, plan.target, notes, final.coverage,
                            final.calibration_reused)
+
+
+def _graph_decides(onnx: Path, record) -> None:
+    """Refuse, in one line, an --onnx whose sidecar records a device profile this mlit-edge does not know, or
+    one its graph contradicts (an opset or an op that profile's parser lacks): the graph is what TensorRT
+    parses, so it decides, and the plan would otherwise be recorded for a device that cannot read it. Read
+    with the byte-level scan (runtime.graph_scan): a device needs no onnx package for it."""
+    from ..runtime.graph_scan import default_opset, nodes
+    from ..runtime.profiles import contradiction, recorded_profile
+
+    try:
+        made_for = recorded_profile(record)
+    except ValueError as e:
+        raise ValueError(f"--onnx {onnx.name}: {e}") from None
+    if made_for is None:
+        return
+    content = onnx.read_bytes()
+    why = contradiction(made_for, default_opset(content),
+                        (n.op_type for n in nodes(content) if n.domain in ("", "ai.onnx")))
+    if why:
+        raise ValueError(f"--onnx {onnx.name}: its sidecar records the profile {made_for.name}, but {why}; the "
+                         f"graph decides, and it is not a {made_for.name} graph: export one from the checkpoint "
+                         f"(mlit-edge export --jetpack {made_for.jetpack or '...'})")
+
+
+def _well_formed(path: Path) -> None:
+    """Refuse, in one line, an --onnx that is not well-formed ONNX (engine.malformed: `check`'s rules), before
+    TensorRT's parser gets it in this process: TensorRT-RTX 1.7's crashes on some (a TopK whose K holds two
+    values). Where the onnx package is absent (a device's runtime install) the parser is the only judge."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        return
+    from ..runtime.runners import load_onnx
+    from .malformed import malformed
+
+    faults = malformed(load_onnx(path))
+    if faults:
+        more = f" (and {len(faults) - 1} more: mlit-edge check lists them)" if len(faults) > 1 else ""
+        raise ValueError(f"--onnx {path.name} is not well-formed ONNX: {faults[0]}{more}")
 
 
 def batch_profile(req: BuildRequest, plan: BuildPlan) -> tuple[int, int, int]:

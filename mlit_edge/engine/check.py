@@ -3,47 +3,27 @@
 The static checks run anywhere: denied ops, opset, shapes static after inference except the batch
 dimension, and a constant TopK k within TensorRT's limit (the runtime's byte-level scan,
 `runtime.graph_scan`, names the ops only ONNX Runtime runs). Where `tensorrt` or `tensorrt_rtx` imports,
-the graph is also parsed and built for real (strongly typed), and the parser's own errors are shown.
+the graph is also parsed and built for real (strongly typed), and the parser's own errors are shown; a
+graph that is not well-formed ONNX (`engine.malformed`) is never handed to the parser, and the parse runs in
+a child process, so a crash in TensorRT is a FAIL line too. Everything printed goes through `printable`:
+op, node and tensor names come from the file.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..export import OPSETS
-from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.graph_scan import onnxruntime_ops
-from ..runtime.messages import first_line
+from ..runtime.messages import first_line, printable
 from ..runtime.profiles import DeviceProfile
 from ..runtime.trt_env import import_trt
-from .plan import BuildOptions, build_serialized
+from .check_build import build_apart, trt_build  # noqa: F401 (trt_build: the API's)
+from .check_report import Report, format_report  # noqa: F401 (format_report: the CLI's and the tests')
 
 DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
           "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 TOPK_MAX = 3840  # onnx-tensorrt 10.1-GA docs/operators.md, TopK: "`K` input must be less than 3840"
-
-
-@dataclass
-class Report:
-    """What `check` found: problems fail the check, notes do not."""
-
-    path: str
-    opset: int | None = None
-    ops: dict[str, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    layer_nodes: list[int] = field(default_factory=list)  # ONNX nodes of each encoder layer, in order
-    build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
-    profile: str | None = None  # the device profile checked against (runtime.profiles)
-    table: str | None = None  # the operator table's source (onnx-tensorrt branch and commit)
-    onnxruntime_ops: dict[str, int] = field(default_factory=dict)  # ops only ONNX Runtime runs (no build is tried)
-    fusion: list[dict] = field(default_factory=list)  # per layer: attention vs TensorRT's fusion rules (engine.fusion)
-    layernorm: str | None = None  # how LayerNorm is written (engine.fusion.layernorm_form)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and (self.build is None or self.build.get("ok", False))
 
 
 BLOCK = re.compile(r"/blocks\.(\d+)[:/]")
@@ -74,50 +54,79 @@ def nodes_per_layer(model) -> list[int]:
     return [counts[i] for i in sorted(counts)]
 
 
-def _load(path: Path):
+def _load(path: Path, rep: Report):
+    """The model at `path`, or None with the reason as a FAIL line (an empty file, bytes that are not ONNX,
+    a model without a graph); a missing path is an error, not a report."""
     from ..runtime.runners import load_onnx
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    return load_onnx(path)
+    if path.stat().st_size == 0:
+        rep.malformed.append("the file is empty (0 bytes): not an ONNX model")
+        return None
+    try:
+        model = load_onnx(path)
+    except ValueError as e:  # not ONNX, truncated, external data refused: one line from load_onnx
+        rep.malformed.append(first_line(e))
+        return None
+    if not model.HasField("graph"):
+        rep.malformed.append("the file holds no graph (ModelProto.graph): not an ONNX model")
+        return None
+    return model
 
 
-def _constants(model) -> dict:
-    """Initializers and Constant-node outputs, as numpy arrays."""
-    from onnx import numpy_helper
+def _shapes(model):
+    """The model with inferred shapes, each tensor's dims (None where unknown), and shape inference's own
+    refusal as a FAIL line (the model is then taken as it is)."""
+    import onnx
 
-    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            for attr in node.attribute:
-                if attr.name == "value":
-                    consts[node.output[0]] = numpy_helper.to_array(attr.t)
-    return consts
+    refused = []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as e:  # onnx's InferenceError, and whatever a malformed node makes it raise
+        refused.append(f"shape inference failed: {first_line(e, 200)}")
+        inferred = model
+    dims = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+            if vi.type.tensor_type.HasField("shape")}
+    return inferred, dims, refused
 
 
 def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Report:
     """Everything that needs no TensorRT. `profile`: check the ops and opset against that TensorRT's own
-    operator table (`parser_checks`); without one, against TensorRT 10's opsets."""
-    import onnx
+    operator table (`parser_checks`); without one, against TensorRT 10's opsets. A graph that is not
+    well-formed ONNX (engine.malformed) gets its faults as FAIL lines and no further analysis."""
+    from .malformed import constants, default_opset, malformed, unknown_ops
 
     path = Path(path)
-    model = _load(path)
     rep = Report(str(path))
-    rep.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    model = _load(path, rep)
+    if model is None:
+        rep.problems += rep.malformed
+        return rep
+    rep.opset = default_opset(model)
+    for node in model.graph.node:
+        rep.ops[node.op_type] = rep.ops.get(node.op_type, 0) + 1
+    rep.layer_nodes = nodes_per_layer(model)
+    inferred, dims, refused = _shapes(model)
+    rep.malformed = malformed(model, dims)
+    if rep.malformed:  # shape inference's refusal, if any, is one of their consequences
+        rep.problems += rep.malformed
+        return rep
+    rep.problems += refused
     rep.onnxruntime_ops = onnxruntime_ops((n.op_type, n.domain) for n in model.graph.node)
     if rep.onnxruntime_ops:  # one line for the cause (its opset 23 is part of it)
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(rep.onnxruntime_ops.items()))
         rep.problems.append(f"ONNX Runtime's own ops ({ops}): TensorRT cannot parse them; this is the ONNX Runtime "
                             "flavour (fused attention), so build TensorRT's from the checkpoint or the portable fp32 "
                             "ONNX (opset 18-20)")
-    elif profile is None and rep.opset not in OPSETS:
+    else:
+        rep.problems += unknown_ops(model)
+    if not rep.onnxruntime_ops and profile is None and rep.opset not in OPSETS:
         rep.problems.append(f"opset {rep.opset}: use {OPSETS[0]}-{OPSETS[-1]} (native LayerNormalization, "
                             "no opset-23 Attention)")
-    for node in model.graph.node:
-        rep.ops[node.op_type] = rep.ops.get(node.op_type, 0) + 1
     if profile is not None and not rep.onnxruntime_ops:
         parser_checks(rep, model, profile)
-    rep.layer_nodes = nodes_per_layer(model)
     if not rep.onnxruntime_ops:  # a prediction from documented rules; it never fails the check
         from dataclasses import asdict
 
@@ -125,7 +134,7 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
         from .fusion import attention_fusion, layernorm_form
 
         fused_for = profile or PROFILES[DEFAULT]
-        rep.fusion = [{**asdict(f), "fusable": f.fusable} for f in attention_fusion(model, fused_for)]
+        rep.fusion = [{**asdict(f), "fusable": f.fusable} for f in attention_fusion(model, fused_for, inferred)]
         rep.layernorm, rep.profile = layernorm_form(model), rep.profile or fused_for.name
     from ..runtime.uint8_io import uint8_problems
 
@@ -135,18 +144,29 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
     foreign = {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx", "com.microsoft")}
     if foreign:
         rep.notes.append(f"custom op domains {sorted(foreign)}: TensorRT needs plugins for them")
+    _static_shapes(rep, model, inferred)
+    consts, _ = constants(model)
+    for node in model.graph.node:
+        if node.op_type == "TopK" and len(node.input) > 1:  # K holds one integer: engine.malformed made sure
+            k = consts.get(node.input[1])
+            if k is None:
+                rep.problems.append(f"TopK {node.name!r}: k is computed at run time; TensorRT needs a constant")
+            elif int(k.reshape(-1)[0]) >= TOPK_MAX:
+                rep.problems.append(f"TopK {node.name!r}: k={int(k.reshape(-1)[0])}; TensorRT needs K < {TOPK_MAX}")
+    return rep
 
+
+def _static_shapes(rep: Report, model, inferred) -> None:
+    """FAIL lines for each input with a dynamic dimension besides the batch (naming it and its dims), and for
+    the tensors whose inferred shapes are not static apart from the batch."""
     inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
     batch = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim[:1] if d.dim_param}
     for i in inputs:
-        for d in list(i.type.tensor_type.shape.dim)[1:]:
-            if not d.HasField("dim_value"):
-                rep.problems.append(f"input {i.name} has a dynamic non-batch dimension {d.dim_param or '?'}")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception as e:
-        rep.problems.append(f"shape inference failed: {first_line(e, 200)}")
-        inferred = model
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in i.type.tensor_type.shape.dim]
+        free = [d for d in dims[1:] if not isinstance(d, int)]
+        if free:
+            rep.problems.append(f"input {i.name} has dynamic non-batch dimensions {free} (its shape: {dims}): "
+                                "an engine is built for one image size; export with a fixed size")
     pattern = re.compile(r"^[\d\s*+()-]*$")
     dynamic = set()
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
@@ -159,15 +179,6 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
     if dynamic:
         rep.problems.append(f"{len(dynamic)} tensors have shapes that are not static apart from the batch "
                             f"(e.g. {sorted(dynamic)[:3]})")
-    consts = _constants(model)
-    for node in model.graph.node:
-        if node.op_type == "TopK":
-            k = consts.get(node.input[1]) if len(node.input) > 1 else None
-            if k is None:
-                rep.problems.append(f"TopK {node.name}: k is computed at run time; TensorRT needs a constant")
-            elif int(k.reshape(-1)[0]) >= TOPK_MAX:
-                rep.problems.append(f"TopK {node.name}: k={int(k.reshape(-1)[0])}; TensorRT needs K < {TOPK_MAX}")
-    return rep
 
 
 def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
@@ -199,7 +210,8 @@ def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
             rep.notes.append(f"{op}: {where} restricts it: {table.restrictions(op)}")
     if "initializer" in table.restrictions("TopK"):  # 8.5-GA: "`K` input must be an initializer"
         weights = {t.name for t in model.graph.initializer}
-        computed = [n.name for n in model.graph.node if n.op_type == "TopK" and n.input[1] not in weights]
+        computed = [n.name for n in model.graph.node
+                    if n.op_type == "TopK" and len(n.input) > 1 and n.input[1] not in weights]  # < 10: an attribute
         if computed:
             rep.problems.append(f"TopK x{len(computed)}: {where} needs K as an initializer, not a node's output "
                                 f"(e.g. {computed[0]})")
@@ -210,78 +222,62 @@ def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
             rep.problems.append(f"TopK x{len(unsorted)}: {where} needs sorted=1 (e.g. {unsorted[0]})")
 
 
-def format_report(rep: Report) -> str:
-    lines = [f"{rep.path}: opset {rep.opset}, {sum(rep.ops.values())} nodes, "
-             f"ops: {', '.join(f'{k} {v}' for k, v in sorted(rep.ops.items()))}"]
-    if rep.layer_nodes:
-        per = sorted(set(rep.layer_nodes))
-        lines.append(f"  {'/'.join(map(str, per))} nodes per encoder layer x {len(rep.layer_nodes)}, "
-                     f"{sum(rep.ops.values()) - sum(rep.layer_nodes)} outside them (patch embedding, head)")
-    if rep.table:
-        lines.append(f"  checked against {rep.profile}'s operator table: {rep.table} (a prediction from NVIDIA's "
-                     "documented table, not a parse by that TensorRT)")
-    from .fusion import format_fusion
+def _sidecar_profile(path: Path, rep: Report, named: DeviceProfile | None):
+    """The sidecar's record (empty without one) and the profile to check against: `named` (--jetpack), else
+    the profile the sidecar records where its sha256 is this graph's (a note says so), else None. A profile
+    the sidecar records that this mlit-edge does not know is a FAIL line."""
+    from ..runtime.profiles import recorded_profile
+    from ..runtime.schema import ArtifactRecord
+    from ..runtime.sidecar import read_sidecar, sha256_file
 
-    lines += format_fusion(rep.fusion, rep.layernorm, rep.profile)
-    lines += [f"  FAIL {p}" for p in rep.problems]
-    lines += [f"  note {n}" for n in rep.notes]
-    if rep.build:
-        b = rep.build
-        if b["ok"]:
-            typed = "strongly" if b.get("flags", {}).get("strongly_typed", True) else "weakly"
-            lines.append(f"  {b['module']} {b['version']}: parsed and built a {typed} typed engine: {b['layers']} "
-                         f"layers, {b['build_s']} s, {b['engine_bytes'] / 1e6:.2f} MB")
-        else:
-            lines.append(f"  FAIL {b['module']} {b['version']} {b['stage']} failed:")
-            lines += [f"    {e}" for e in b["errors"]]
-    lines.append("OK: TensorRT-buildable" if rep.ok else "NOT TensorRT-buildable")
-    return "\n".join(lines)
-
-
-def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0, precision: str = "fp32",
-              fp32_layers: tuple[str, ...] = ()) -> dict:
-    """Parse and build an engine the way the installed TensorRT builds (strongly typed on TensorRT >= 10 and
-    TensorRT-RTX, weakly on 8.x: `runtime.profiles.installed_profile`); returns layers, build time and engine
-    size, or the parser's errors verbatim. Returns the serialized engine under "engine" when it builds."""
-    from ..runtime.profiles import installed_profile
-
-    trt = trt or import_trt()
-    if trt is None:
-        raise RuntimeError("no TensorRT here: pip install 'mlit-edge[trt-check]' (TensorRT-RTX) or use JetPack's")
-    strongly = trt.__name__ != "tensorrt" or installed_profile(trt.__version__).strongly_typed
-    result = build_serialized(path, trt, BuildOptions(BATCH_PROFILE, workspace_gib, strongly_typed=strongly,
-                                                      precision=precision, fp32_layers=fp32_layers))
-    if result["ok"]:
-        result["engine_bytes"] = len(result["engine"])
-    return result
+    try:
+        raw = read_sidecar(path, verify_hash=False)
+    except FileNotFoundError:
+        return ArtifactRecord.of({}), named  # a foreign ONNX: the graph alone decides
+    record = ArtifactRecord.of(raw)
+    if named is not None:
+        return record, named
+    if raw.get("sha256") != sha256_file(path):
+        rep.notes.append("its sidecar does not match the graph (sha256 differs): the profile it records is not used")
+        return record, None
+    try:
+        recorded = recorded_profile(raw)
+    except ValueError as e:
+        rep.problems.append(str(e))
+        return record, None
+    if recorded is not None:
+        rep.notes.append(f"checked against {recorded.name}, the profile its sidecar records (the sidecar's sha256 "
+                         "matches the graph); --jetpack checks against another")
+    return record, recorded
 
 
 def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = None) -> Report:
-    """Static checks (against `profile`'s operator table when given), plus a real TensorRT parse and build
-    where a TensorRT module imports."""
-    from ..runtime.schema import ArtifactRecord, SidecarError, check_runtime
-    from ..runtime.sidecar import read_sidecar
+    """Static checks (against `profile`'s operator table when given, else the one the graph's own sidecar
+    records), plus a real TensorRT parse and build where a TensorRT module imports and the graph is
+    well-formed ONNX."""
+    from ..runtime.schema import SidecarError, check_runtime
 
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{printable(path)} does not exist")
+    pre = Report(str(path))
+    record, profile = _sidecar_profile(path, pre, profile)
     rep = static_checks(path, profile)
-    record = ArtifactRecord.of({})
+    rep.problems, rep.notes = pre.problems + rep.problems, pre.notes + rep.notes
     try:
-        record = ArtifactRecord.of(read_sidecar(path, verify_hash=False))
         check_runtime(record, "tensorrt", path)
-    except FileNotFoundError:
-        pass  # a foreign ONNX: the graph alone decides
     except SidecarError as e:
         rep.problems.append(str(e))
         return rep
-    trt = import_trt() if build and not rep.onnxruntime_ops else None
-    if not build:
-        rep.notes.append("parse and build skipped (--no-build)")
-    elif rep.onnxruntime_ops:
-        rep.notes.append("parse and build skipped: TensorRT has no kernels for ONNX Runtime's own ops")
-    elif trt is None:
-        rep.notes.append("no tensorrt / tensorrt_rtx installed: parse and build skipped "
-                         "(pip install 'mlit-edge[trt-check]')")
+    skip = (None if build else "parse and build skipped (--no-build)") or \
+        ("parse and build skipped: the graph is not well-formed ONNX (the FAIL lines above), and TensorRT's parser "
+         "is not handed such graphs" if rep.malformed else None) or \
+        ("parse and build skipped: TensorRT has no kernels for ONNX Runtime's own ops" if rep.onnxruntime_ops else None)
+    trt = import_trt() if skip is None else None
+    if skip is None and trt is None:
+        skip = "no tensorrt / tensorrt_rtx installed: parse and build skipped (pip install 'mlit-edge[trt-check]')"
+    if skip:
+        rep.notes.append(skip)
     else:
-        result = trt_build(path, trt, precision=record.precision, fp32_layers=record.fp32_layers)
-        result.pop("engine", None)
-        rep.build = result
+        rep.build = build_apart(path, trt, record.precision, record.fp32_layers)
     return rep

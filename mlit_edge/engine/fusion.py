@@ -49,16 +49,30 @@ def _links(model) -> tuple[dict, dict[str, list]]:
     return producer, consumers
 
 
-class _Graph:
-    def __init__(self, model) -> None:
-        import onnx
+def _first(names) -> str | None:
+    """A node's first input or output name; None where it has none (a malformed node: engine.malformed)."""
+    return names[0] if len(names) and names[0] else None
 
+
+def _inferred(model):
+    """`model` with inferred shapes; the model as it is where shape inference refuses it (a graph without an
+    opset import, a node with too few inputs: `check` reports those as engine.malformed's FAIL lines)."""
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception:  # onnx.shape_inference.InferenceError, and what a malformed node makes it raise
+        return model
+
+
+class _Graph:
+    def __init__(self, model, inferred=None) -> None:
         self.producer, self.consumers = _links(model)
         self.consts = {t.name for t in model.graph.initializer}
         self.consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-        inferred = onnx.shape_inference.infer_shapes(model).graph
+        graph = (inferred if inferred is not None else _inferred(model)).graph
         self.types = {}
-        for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
+        for vi in [*graph.input, *graph.value_info, *graph.output]:
             tt = vi.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
             self.types[vi.name] = (ELEM.get(tt.elem_type, str(tt.elem_type)), dims)
@@ -66,9 +80,9 @@ class _Graph:
     def back(self, name: str, skip: set[str]):
         """The producer of `name`, passing over nodes in `skip` (first input); with the ops passed over."""
         node, seen = self.producer.get(name), []
-        while node is not None and node.op_type in skip:
+        while node is not None and node.op_type in skip and len(seen) <= len(self.producer):
             seen.append(node)
-            node = self.producer.get(node.input[0])
+            node = self.producer.get(_first(node.input))
         return node, seen
 
     def forward(self, name: str, skip: set[str]):
@@ -81,7 +95,9 @@ class _Graph:
             if users[0].op_type not in skip:
                 return users[0], seen
             seen.append(users[0])
-            name = users[0].output[0]
+            name = _first(users[0].output)
+            if name is None or len(seen) > len(self.producer):  # no output, or a cycle a hostile graph made
+                return None, seen
 
 
 def _layer(node, index: int) -> int:
@@ -90,16 +106,17 @@ def _layer(node, index: int) -> int:
     return int(found.group(1)) if found else index
 
 
-def attention_fusion(model, profile: DeviceProfile) -> list[AttentionFusion]:
-    """Each attention (a Softmax between two activation MatMuls) against the rules of `profile`'s TensorRT."""
-    g = _Graph(model)
+def attention_fusion(model, profile: DeviceProfile, inferred=None) -> list[AttentionFusion]:
+    """Each attention (a Softmax between two activation MatMuls) against the rules of `profile`'s TensorRT.
+    `inferred`: the model with its shapes inferred, where the caller has it."""
+    g = _Graph(model, inferred)
     int8_graph = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
     out: list[AttentionFusion] = []
-    for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
+    for softmax in (n for n in model.graph.node if n.op_type == "Softmax" and _first(n.input) and _first(n.output)):
         bmm1, before = g.back(softmax.input[0], PASS_OVER | SCALE_OPS | {"QuantizeLinear", "DequantizeLinear"})
         bmm2, after = g.forward(softmax.output[0], PASS_OVER | {"QuantizeLinear", "DequantizeLinear"})
         if bmm1 is None or bmm2 is None or bmm1.op_type != "MatMul" or bmm2.op_type != "MatMul" \
-                or any(i in g.consts for i in bmm1.input):
+                or len(bmm1.input) != 2 or not bmm2.input or not bmm2.output or any(i in g.consts for i in bmm1.input):
             continue  # not attention: the router's softmax over its top-k, say
         q_src, k_src = (g.producer.get(i) for i in bmm1.input)
         q_dims = g.types.get(bmm1.input[0], ("", []))[1]
@@ -159,27 +176,35 @@ def layernorm_form(model) -> str:
 
     # an fp16 graph keeps LayerNorm in fp32 behind Casts, one per consumer (export.fp16): look through them
     def origin(name: str) -> str:
-        while name in producer and producer[name].op_type == "Cast":
-            name = producer[name].input[0]
+        seen = 0
+        while name in producer and producer[name].op_type == "Cast" and _first(producer[name].input) \
+                and seen <= len(producer):  # a Cast cycle in a hostile graph ends too
+            name, seen = producer[name].input[0], seen + 1
         return name
 
-    def users(name: str) -> list:
-        out = []
-        for u in consumers.get(name, []):
-            out += users(u.output[0]) if u.op_type == "Cast" else [u]
+    def users(name: str | None) -> list:
+        out, todo, seen = [], [name], set()
+        while todo:  # a worklist, not recursion: a chain of 10,000 Casts is a graph too
+            name = todo.pop()
+            if not name or name in seen:
+                continue
+            seen.add(name)
+            for u in consumers.get(name, []):
+                todo += [_first(u.output)] if u.op_type == "Cast" else []
+                out += [] if u.op_type == "Cast" else [u]
         return out
 
     decomposed = 0
-    for mean in (n for n in model.graph.node if n.op_type == "ReduceMean"):
+    for mean in (n for n in model.graph.node if n.op_type == "ReduceMean" and _first(n.input)):
         # mean -> Sub(x, mean) -> Mul(c, c) or Pow -> ReduceMean -> Add(eps) -> Sqrt -> Div(c, std)
         x = origin(mean.input[0])
-        sub = next((u for u in users(mean.output[0]) if u.op_type == "Sub" and x in map(origin, u.input)), None)
-        square = next((u for u in users(sub.output[0]) if u.op_type in ("Mul", "Pow")), None) if sub else None
-        chain, name = [], square.output[0] if square else None
+        sub = next((u for u in users(_first(mean.output)) if u.op_type == "Sub" and x in map(origin, u.input)), None)
+        square = next((u for u in users(_first(sub.output)) if u.op_type in ("Mul", "Pow")), None) if sub else None
+        chain, name = [], _first(square.output) if square else None
         for op in ("ReduceMean", "Add", "Sqrt", "Div"):
             nxt = next((u for u in users(name) if u.op_type == op), None) if name else None
             chain.append(nxt)
-            name = nxt.output[0] if nxt else None
+            name = _first(nxt.output) if nxt else None
         decomposed += all(chain)
     parts = []
     if native:  # #2781 (NVIDIA, 2023-03-18): opset 17's op; 8.6's optimizer handles its precision itself

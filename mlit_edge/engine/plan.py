@@ -10,6 +10,7 @@ the runtime's job (`runtime.trt_env`), since a device needs it without this stag
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,13 +103,47 @@ def pin_fp32(network: trt.INetworkDefinition, module: ModuleType, fp32_layers: t
     return pinned
 
 
+def _logger(module: ModuleType):
+    """A TensorRT logger that prints the errors TensorRT reports (as trt.Logger(ERROR) does) with control
+    characters escaped (`printable`): its messages quote op, node and tensor names from the ONNX file."""
+    if not TYPE_CHECKING:
+        trt = module
+    from ..runtime.messages import printable
+
+    class Escaped(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
+            if int(severity) <= int(trt.ILogger.ERROR):  # INTERNAL_ERROR is 0, ERROR 1 (NvInferRuntimeBase.h)
+                for line in str(msg).splitlines():  # each line escaped and marked: a name cannot forge one
+                    print(printable(f"[TRT] [E] {line}"), file=sys.stderr, flush=True)
+
+    return Escaped()
+
+
+def _unbuildable_inputs(network: trt.INetworkDefinition) -> str | None:
+    """Why the parsed network's inputs cannot be built with one batch profile, in a line naming the input and
+    its dims: no input at all, or an input dynamic beyond its first (batch) dimension (TensorRT's
+    IOptimizationProfile.set_shape would throw; a static report says which)."""
+    if network.num_inputs == 0:
+        return "the network has no input: an engine needs one (the graph's inputs are all initializers, or none)"
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        dims = list(t.shape[:])  # Dims slices to a tuple
+        if any(d == -1 for d in dims[1:]) or (i > 0 and dims[:1] == [-1]):
+            return (f"input {t.name} has dynamic dimensions besides the batch (its dims: {dims}, -1: dynamic): "
+                    "an engine is built with one batch profile on the first input; export with a fixed size")
+    return None
+
+
 def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptions = BuildOptions()) -> dict:
     """Parse and build with `module` (tensorrt or tensorrt_rtx); {"ok": True, "engine": bytes, layers,
     build_s, io, ...} or {"ok": False, "stage", "errors"} with the parser's errors verbatim. The flags in the
     result are what was really set."""
     if not TYPE_CHECKING:  # type-checked against TensorRT's API (tensorrt-stubs, tools/typecheck_trt.py)
         trt = module
-    logger = trt.Logger(trt.Logger.ERROR)
+    logger = _logger(module)
     builder = trt.Builder(logger)
     network = builder.create_network(network_flags(module, opts.strongly_typed))
     parser = trt.OnnxParser(network, logger)
@@ -142,9 +177,12 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
         pinned = pin_fp32(network, module, opts.fp32_layers)
         settings.update(obey_precision_constraints=True, fp32_layers=len(pinned))
+    refused = _unbuildable_inputs(network)
+    if refused:
+        return {**base, "ok": False, "stage": "parse", "errors": [refused]}
     inp = network.get_input(0)
     rest = list(inp.shape[1:])  # Dims slices to a tuple
-    if inp.shape[0] == -1:
+    if len(inp.shape) and inp.shape[0] == -1:
         lo, opt, hi = opts.profile
         profile = builder.create_optimization_profile()
         profile.set_shape(inp.name, trt.Dims([lo, *rest]), trt.Dims([opt, *rest]), trt.Dims([hi, *rest]))
@@ -157,7 +195,7 @@ def build_serialized(onnx_path: str | Path, module: ModuleType, opts: BuildOptio
             config.set_calibration_profile(profile)
             settings["calibration_profile"] = {"input": inp.name, "batch": opt}
     else:
-        settings["profile"] = {"input": inp.name, "static": int(inp.shape[0])}
+        settings["profile"] = {"input": inp.name, "static": int(inp.shape[0]) if len(inp.shape) else None}
     cache, cache_path = None, Path(opts.timing_cache) if opts.timing_cache else None
     if cache_path is not None:
         blob = cache_path.read_bytes() if cache_path.is_file() else b""

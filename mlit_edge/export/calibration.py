@@ -54,13 +54,11 @@ class Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     """A recipe JSON file such as `calibration/mnist5k-512.json`."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"calibration recipe {path} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"calibration recipe {path} is not valid JSON ({e.msg})") from None
+    from ..runtime.textfile import read_json
+
+    raw = read_json(path, "calibration recipe")  # bounded, and a FIFO would block no read
+    if not isinstance(raw, dict):
+        raise ValueError(f"calibration recipe {path}: needs a JSON object with 'dataset'")
     unknown = set(raw) - {"dataset", "split", "n", "seed", "method", "description"}
     if unknown or "dataset" not in raw:
         raise ValueError(f"calibration recipe {path}: needs 'dataset', may have split, n, seed; "

@@ -26,6 +26,7 @@ from ..runtime.input_convention import FLOAT32, INPUT_NAMES, NORMALISED, PIXELS,
 from ..runtime.preprocess import normalize
 from ..runtime.runners import OnnxRuntimeRunner
 from ..runtime.sidecar import publish, temporary_beside
+from ..runtime.terminate import Terminated
 from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
 from .quiet import quiet
 from .static import onnx_translations, to_deploy
@@ -41,13 +42,13 @@ ORT_SESSION = {"graph_optimization_level": "extended"}
 
 
 def raise_if_interrupted(exc: BaseException) -> None:
-    """Raise KeyboardInterrupt if `exc` wraps one: the dynamo exporter turns Ctrl-C into its own
-    "Failed to export" error, which would otherwise read as a broken model and exit 1, not 130."""
+    """Raise KeyboardInterrupt (or SIGTERM's Terminated) if `exc` wraps one: the dynamo exporter turns Ctrl-C
+    into its own "Failed to export" error, which would otherwise read as a broken model and exit 1, not 130."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            raise KeyboardInterrupt from None
+        if isinstance(cause, (KeyboardInterrupt, Terminated)):  # SIGTERM too (runtime.terminate)
+            raise type(cause)(*cause.args) from None
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
 

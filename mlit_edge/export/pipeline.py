@@ -95,7 +95,7 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
     from .onnx_export import export_onnx
 
     fused = "" if plan.attention == GROUPED else f", attention fused for ONNX Runtime ({plan.attention})"
-    if plan.opset != opts.opset and opts.opset != DEFAULT_OPSET:
+    if opts.opset is not None and plan.opset != opts.opset:
         logger.info(f"note: --opset {opts.opset} is the portable graph's; ONNX Runtime's fused attention needs "
                     f"opset {plan.opset}")
     for_device = f", for {plan.device.describe()}" if plan.device and plan.device.name != DEFAULT_DEVICE else ""
@@ -105,7 +105,8 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
     logger.info(f"[export 1/3] {plan.fp32} (opset {plan.opset}, batch {plan.batch or 'dynamic'}{fused}{for_device}"
                 f"{padded}) and its check against PyTorch")
     evaluate = plan.evaluate and "fp32" in plan.precisions  # a variant's own accuracy is what counts
-    rec = export_onnx(source.model, plan.fp32, source.record, opset=opts.opset, batch=plan.batch, probe=plan.probe,
+    rec = export_onnx(source.model, plan.fp32, source.record, opset=opts.opset or DEFAULT_OPSET, batch=plan.batch,
+                      probe=plan.probe,
                       measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None,
                                                      held_out=held_out),
                       attention=plan.attention, device=plan.device, pad_to=plan.pad_to, pad_reason=plan.pad_reason,
@@ -120,7 +121,8 @@ def run_export(req: ExportRequest, source: Source | None = None) -> list[Path]:
     opened it (`mlit_edge.api.Model`)."""
     out = Path(req.out)
     if not out.parent.is_dir():
-        raise FileNotFoundError(f"output folder {out.parent} does not exist")
+        raise FileNotFoundError(f"output folder {out.parent} " + ("is not a folder" if out.parent.exists() else
+                                                                 "does not exist"))
     source = source or open_source(req)
     plan = resolve_plan(req, source)
     with export_stage(plan, source, req) as exported:

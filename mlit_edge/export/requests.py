@@ -8,9 +8,15 @@ from dataclasses import dataclass
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.mha_rules import parse_pad
-from ..runtime.profiles import named_profile
-from . import DEFAULT_OPSET, FRONTENDS, OPSETS, PRECISIONS, TARGETS
+from ..runtime.profiles import JETPACKS, TENSORRTS, named_profile
+from ..runtime.values import Flag, Float, Int, Ints, PathArg, Text, arg, validate
+from . import FRONTENDS, OPSETS, PRECISIONS, TARGETS
 from .calibration import DEFAULT_N, MIN_EXPERT_TOKENS
+
+# A seed is 0 to 2^32 - 1: numpy's default_rng refuses a negative one, torch.manual_seed one past 2^64 (and the
+# loader's per-epoch seed, seed * 1000003 + ..., must stay within it), both in the library's words and mid-run
+SEED_MAX = 2 ** 32 - 1
+MIN_WORKSPACE = 0.0625  # GiB (64 MiB): the smallest builder memory pool `build --workspace` has taken
 
 
 @dataclass(frozen=True)
@@ -18,38 +24,39 @@ class ExportOptions:
     """What every export takes, for `mlit-edge export` and `mlit-edge build` alike (the CLI's --help
     explains each field); validated here."""
 
-    checkpoint: str | None = None
-    size: str | None = None
-    num_classes: int = 10
-    opset: int = DEFAULT_OPSET
-    batch: int | None = None
-    calib_data: str | None = None  # dataset, ImageFolder or recipe JSON; None: the model's dataset, else mnist5k
-    calib_n: int = DEFAULT_N
-    calib_seed: int = 0
-    calib_cache: str | None = None  # a folder; None disables the cache
-    min_expert_tokens: int = MIN_EXPERT_TOKENS
-    data_root: str = "data"
-    evaluate: bool = True
-    force: bool = False  # replace artifacts of another source (checkpoint, random weights) in the output folder
-    random_weights: bool = False  # no checkpoint: random weights even where a pretrained model ships
-    jetpack: str | None = None  # the device profile (runtime.profiles): JetPack 5.1, 6.0, 6.1, 6.2 or 7
-    tensorrt: str | None = None  # the same, named by JetPack's TensorRT: 8.5, 8.6, 10.3 or 10.13
-    pad_heads: str = "auto"  # auto, off or a head size N: each head zero-padded to it (runtime.mha_rules.pad_choice)
-    raw_input: bool = False  # the normalisation folded into the graph: it takes RGB pixels in [0, 255] (export.raw_input)
-    input_dtype: str = "float32"  # the pixels graph's input type: float32, or uint8 through a Cast (export.uint8_input)
+    checkpoint: str | None = arg(None, PathArg(optional=True))
+    size: str | None = arg(None, Text(optional=True))
+    num_classes: int = arg(10, Int(1))
+    # None: the exporter's own (DEFAULT_OPSET), lowered to a device's parser; a given one is refused past it
+    opset: int | None = arg(None, Int(OPSETS[0], OPSETS[-1], optional=True))
+    batch: int | None = arg(None, Int(1, optional=True))
+    # dataset, ImageFolder or recipe JSON; None: the model's dataset, else mnist5k
+    calib_data: str | None = arg(None, PathArg(optional=True))
+    calib_n: int = arg(DEFAULT_N, Int(1))
+    calib_seed: int = arg(0, Int(0, SEED_MAX))
+    calib_cache: str | None = arg(None, PathArg(optional=True))  # a folder; None disables the cache
+    min_expert_tokens: int = arg(MIN_EXPERT_TOKENS, Int(1))
+    data_root: str = arg("data", PathArg())
+    evaluate: bool = arg(True, Flag(), "--eval")
+    force: bool = arg(False, Flag())  # replace artifacts of another source (checkpoint, random weights) in the folder
+    random_weights: bool = arg(False, Flag())  # no checkpoint: random weights even where a pretrained model ships
+    jetpack: str | None = arg(None, Text(JETPACKS, optional=True))  # the device profile (runtime.profiles)
+    tensorrt: str | None = arg(None, Text(tuple(sorted(TENSORRTS)), optional=True))  # the same, by its TensorRT
+    pad_heads: str = arg("auto", Text())  # auto, off or a head size N: heads zero-padded to it (mha_rules.pad_choice)
+    raw_input: bool = arg(False, Flag())  # the normalisation folded into the graph: RGB pixels in [0, 255] (raw_input)
+    input_dtype: str = arg("float32", Text())  # the pixels graph's input type: float32, or uint8 (export.uint8_input)
 
     def __post_init__(self) -> None:
-        named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
+        validate(self)  # types and ranges, in the CLI's words (runtime.values), before anything else reads them
+        device = named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
+        if device is not None and self.opset is not None and self.opset > device.max_opset:  # as resolve_plan does
+            raise ValueError(f"--opset {self.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
+                             "at most")
         parse_pad(self.pad_heads)  # auto, off or a fusable head size; against the model's own in resolve_plan
-        if self.opset not in OPSETS:
+        if self.opset is not None and self.opset not in OPSETS:
             raise ValueError(f"--opset {self.opset!r}: choose from {', '.join(map(str, OPSETS))}")
-        if self.batch is not None and self.batch < 1:
-            raise ValueError("--batch must be at least 1")
         if self.size is not None and self.size != self.size.lower():
             raise ValueError(f"--size {self.size!r}: sizes are lower case")
-        for name in ("calib_n", "min_expert_tokens", "num_classes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.random_weights and self.checkpoint:
             raise ValueError("--random-weights builds without weights: drop --checkpoint, or it")
         from ..runtime.input_convention import NORMALISED, PIXELS, check_dtype
@@ -64,12 +71,15 @@ class ExportOptions:
 class ExportRequest(ExportOptions):
     """`mlit-edge export`: the fp32 ONNX at `out` and the variants asked for beside it (TensorRT's flavour)."""
 
-    out: str = "model.onnx"
-    probe: bool = False
+    out: str = arg("model.onnx", PathArg())
+    probe: bool = arg(False, Flag())
     precisions: tuple[str, ...] = ("fp32",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if isinstance(self.precisions, str) or not all(isinstance(p, str) for p in self.precisions):
+            raise TypeError(f"--precision {self.precisions!r}: expected a tuple of names, e.g. ('fp16', 'int8')")
+        object.__setattr__(self, "precisions", tuple(self.precisions))
         bad = [p for p in self.precisions if p not in PRECISIONS]
         if bad or not self.precisions:
             raise ValueError(f"--precision {','.join(self.precisions)!r}: choose from {', '.join(PRECISIONS)}")
@@ -82,15 +92,16 @@ class BuildRequest(ExportOptions):
     """`mlit-edge build`: the export stage's options plus what the engine step takes (the CLI's --help
     explains each field); validated here."""
 
-    precision: str = "fp16"
-    onnx: str | None = None
-    target: str = "auto"
-    frontend: str = "onnx"
-    dynamic_batch: tuple[int, int, int] | None = None  # MIN, OPT, MAX; None: BATCH_PROFILE
-    workspace: float = 1.0  # GiB
-    timing_cache: str | None = None
-    dla_core: int | None = None
-    out: str = "artifacts"
+    precision: str = arg("fp16", Text())
+    onnx: str | None = arg(None, PathArg(optional=True))
+    target: str = arg("auto", Text())
+    frontend: str = arg("onnx", Text())
+    # MIN, OPT, MAX; None: BATCH_PROFILE
+    dynamic_batch: tuple[int, int, int] | None = arg(None, Ints(1, 3, optional=True, example="1,8,64"))
+    workspace: float = arg(1.0, Float(MIN_WORKSPACE))  # GiB
+    timing_cache: str | None = arg(None, PathArg(optional=True))
+    dla_core: int | None = arg(None, Int(0, optional=True))
+    out: str = arg("artifacts", PathArg())
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,8 +126,6 @@ class BuildRequest(ExportOptions):
                              "it again with --raw-input, then build that)")
         if self.onnx and self.frontend == "torch-tensorrt":
             raise ValueError("--frontend torch-tensorrt compiles the PyTorch model; it cannot start from --onnx")
-        if self.workspace <= 0:
-            raise ValueError("--workspace must be positive (GiB)")
 
     @property
     def profile(self) -> tuple[int, int, int]:

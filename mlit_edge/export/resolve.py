@@ -140,9 +140,9 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
     device = _device(req, source, runtime, trt_version, notes)
-    opset = export_opset(base.attention, req.opset)
+    opset = export_opset(base.attention, req.opset or DEFAULT_OPSET)
     if device is not None and base.attention == GROUPED and opset > device.max_opset:
-        if req.opset != DEFAULT_OPSET:  # the exporter's own opset (18) is lowered for the parser; others refused
+        if req.opset is not None:  # only the exporter's own opset (not given) is lowered for the parser
             raise ValueError(f"--opset {req.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
                              "at most")
         opset = device.opset

@@ -160,8 +160,9 @@ def _onnx_source(path: Path) -> Source:
     """An existing ONNX: the precision it carries and its record, from its sidecar, else its metadata."""
     from ..runtime.sidecar import read_sidecar, user_fields
 
-    if not path.is_file():
-        raise FileNotFoundError(f"--onnx {path} does not exist")
+    from ..runtime.messages import require_file
+
+    require_file(path, "--onnx ")
     try:
         sidecar = read_sidecar(path)
     except FileNotFoundError:

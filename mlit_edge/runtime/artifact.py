@@ -67,9 +67,9 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
         raise ValueError(f"{path}: a {fmt.name} file is opened by the workstation's bench, not the runtime, "
                          "which runs .plan and .onnx artifacts (build one with mlit-edge build)")
     if content is None:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist")
-        content = path.read_bytes()
+        from .messages import require_file
+
+        content = require_file(path).read_bytes()
     return opener(path, content, options)
 
 

@@ -19,10 +19,17 @@ import numpy as np
 
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
+from .messages import escaped, require_file
 from .input_convention import convention_of, dtype_of, model_input
 from .preprocess import resize_images
-from .runners import Runner, predict_all
+from .runners import Runner, max_threads, predict_all
 from .schema import ArtifactRecord, check_against_model, classifier_fields
+from .values import Flag, Int, PathArg, check_value
+
+# the rules of the arguments the CLI's predict, serve and bench take too (same bounds, same words: runtime.values)
+THREADS = Int(1, max_threads, optional=True)  # past 8 per core the OpenMP runtime may fail to start them: a SIGSEGV
+MAX_PIXELS = Int(1, optional=True)  # None: no limit
+TOP_K = Int(1)
 
 
 @dataclass
@@ -46,6 +53,7 @@ class Classifier:
         self.max_batch = runner.static_batch or int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
 
     @classmethod
+    @escaped
     def load(cls, path: str | Path, threads: int | None = None, cuda_graph: bool = True,
              ort_arena: bool = True, max_pixels: int | None = DEFAULT_MAX_PIXELS, force: bool = False) -> "Classifier":
         """Open a `.plan` (TensorRT) or `.onnx` (ONNX Runtime) after checking its sidecar: its sha256, its
@@ -56,9 +64,11 @@ class Classifier:
         refuses larger images, per file, before they are decoded. `force` runs a plan built on another Jetson
         module of the same GPU (AGX Orin against Orin Nano), with a warning.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist")
+        path = require_file(check_value(PathArg(), path, "--model"))
+        threads = check_value(THREADS, threads, "--threads")
+        max_pixels = check_value(MAX_PIXELS, max_pixels, "--max-pixels")
+        for name, flag in (("cuda_graph", cuda_graph), ("ort_arena", ort_arena), ("force", force)):
+            check_value(Flag(), flag, name)
         if artifact_format(path).name == "torch":
             raise ValueError(f"{path}: the runtime runs .plan and .onnx artifacts; build one with mlit-edge build")
         # the device loop keeps memory down: ONNX Runtime's memory pattern costs ~95 MB and no speed here
@@ -123,9 +133,11 @@ class Classifier:
             raise InputError("the input contains NaN or infinity")
         return predict_all(self.runner, x, self.max_batch)[0]
 
+    @escaped
     def predict(self, images: Sequence | np.ndarray, top_k: int = 1) -> list[Prediction]:
         """Classify uint8 images (arrays of any size) or image files, in chunks of the artifact's batch, so
         memory follows the chunk and not the count of inputs (100,000 small arrays are fine)."""
+        top_k = check_value(TOP_K, top_k, "--top-k")
         self._require_open()
         if isinstance(images, (str, Path)) or (isinstance(images, np.ndarray) and images.ndim in (2, 3)):
             images = [images]

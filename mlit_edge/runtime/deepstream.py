@@ -28,23 +28,30 @@ What the files say, and why:
   the classifier's batch-size counts objects (`Secondary.batch`), the same in [secondary-gie0].
 - Secondary mode keeps each crop's aspect, centred in black (maintain-aspect-ratio=1, symmetric-padding=1):
   on tight boxes the shipped model's top-1 was 0.89 so, 0.70 stretched (benchmarks/deepstream_crops.py).
+- Every line of both configs passes one checker, GLib's key-file rules (`glib_keyfile.keyfile_text`): a value from
+  an argument (--uri, --primary-config) or a sidecar (a plan's output name) that GLib would read as something
+  else, or as more lines, is refused in one line; the model's copy gets a name of safe characters (`copy_name`).
 Not run here: no DeepStream and no Jetson on the project's machines (docs/deepstream.md says what is verified).
 """
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .deepstream_app import APP, CONFIG, LABELS, SAMPLE_STREAM, Secondary, app_config, check_secondary, secondary_keys
+from .deepstream_app import (APP, CONFIG, LABELS, SAMPLE_STREAM, Secondary, app_config, check_secondary, check_uri,
+                             secondary_keys)
 from .deepstream_app_rules import check_app
+from .glib_keyfile import keyfile_text
 from .graph_outputs import PROBABILITIES, io_facts, with_probabilities
-from .input_convention import NORMALISED, PIXELS, UINT8, check_graph, convention_of, describe, dtype_of
+from .graph_record import check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
+from .input_convention import NORMALISED, PIXELS, UINT8, convention_of, describe, dtype_of
+from .messages import printable, require_file
 from .nvinfer_rules import MAX_BATCH, ModelFacts, check_nvinfer, engine_cache_name
-from .plan_consumer import check_plan_consumer
+from .plan_consumer import check_plan_consumer, engine_io
+from .staging import staged_folder
 from .schema import ArtifactRecord, check_runtime, classifier_fields
 from .sidecar import read_sidecar, user_fields, write_sidecar
 
@@ -52,6 +59,7 @@ NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode (NvDs
 CALIB = "int8-calib-file.txt"
 STD_TOLERANCE = 1e-9  # [ours] relative: the channels' std must be one number for one net-scale-factor
 TRT_DTYPES = {"float": "float32", "half": "float16"}  # engine.io names types as TensorRT does
+MAX_STEM = 100  # [ours] room for nvinfer's "_b1024_gpu0_fp16.engine" after the copy's name within NAME_MAX (255)
 
 
 def scale_and_offsets(record: dict, path: str | Path) -> tuple[float, list[float]]:
@@ -71,11 +79,24 @@ def scale_and_offsets(record: dict, path: str | Path) -> tuple[float, list[float
 
 def labels_text(classes: Sequence[str], path: str | Path) -> str:
     """The classifier labels file: one line (one output layer), the classes in order separated by ';'."""
-    bad = [c for c in classes if ";" in c or "\n" in c or "\r" in c]
+    bad = [c for c in classes if ";" in c or not c.isprintable()]
     if bad:
-        raise ValueError(f"{Path(path).name}: class name {bad[0]!r} holds ';' or a line break, which DeepStream's "
-                         "labels file uses to separate classes; rename the class")
+        raise ValueError(f"{Path(path).name}: class name {bad[0]!r} holds ';' or a line break (or another "
+                         "unprintable character), which DeepStream's labels file uses to separate classes; rename "
+                         "the class")
     return ";".join(classes) + "\n"
+
+
+def copy_name(artifact: Path, suffix: str) -> str:
+    """The file name of the artifact's copy in the DeepStream folder: its stem with every character but letters,
+    digits, '_', '.', '+' and '-' made '_', no leading dot or dash (not hidden, not an option), at most
+    `MAX_STEM` characters, then `suffix`. The name is written into the nvinfer config (onnx-file,
+    model-engine-file, and nvinfer's own engine cache name after it), which GLib's key file reads line by line
+    and with leading spaces dropped (`glib_keyfile.value_problem`): a name of the user's own choosing, such as
+    one holding a line break and '[property]', must not become the config's text."""
+    stem = artifact.name[:-len(artifact.suffix)] if artifact.suffix else artifact.name
+    safe = re.sub(r"[^\w.+-]", "_", stem).lstrip(".-")[:MAX_STEM]
+    return (safe or "model") + suffix
 
 
 @dataclass(frozen=True)
@@ -95,13 +116,13 @@ def _onnx_model(artifact: Path, content: bytes, record: dict) -> Model:
     except ImportError:
         raise ValueError(f"{artifact.name}: the DeepStream copy of an ONNX (its probabilities output) needs the onnx "
                          "package: pip install onnx, or run export-deepstream on the workstation") from None
+    check_sidecar(record, onnx_graph_io(parse_onnx(content, artifact)), artifact)  # predict's refusals
     try:
         copy = with_probabilities(content)
     except ValueError as e:
         raise ValueError(f"{artifact.name}: {e}") from None
     inputs, outputs, quantized = io_facts(copy)
     name, dtype, dims = inputs[0]
-    check_graph(record, name, artifact, dtype)
     if any(not isinstance(d, int) for d in dims[1:]) or len(dims) != 4:
         raise ValueError(f"{artifact.name}: its input {name!r} is {dims}, expected (batch, 3, H, W) with H and W fixed")
     derived = user_fields(record)
@@ -111,7 +132,7 @@ def _onnx_model(artifact: Path, content: bytes, record: dict) -> Model:
     classes = outputs[0][2][-1] or len(record["classes"])  # the graph's own count, which the labels must match
     facts = ModelFacts(tuple(dims[1:]), tuple((o[0], o[1]) for o in outputs), classes, batch=dims[0],
                        quantized=quantized)
-    return Model(f"{artifact.name[:-len('.onnx')]}-probabilities.onnx", copy, derived, facts)
+    return Model(copy_name(artifact, "-probabilities.onnx"), copy, derived, facts)
 
 
 def _plan_model(artifact: Path, content: bytes, record: dict) -> Model:
@@ -119,10 +140,8 @@ def _plan_model(artifact: Path, content: bytes, record: dict) -> Model:
     probabilities (a plan cannot be given a Softmax or a Cast)."""
     check_plan_consumer(record, artifact, "deepstream")
     rec = ArtifactRecord.of(record)
-    io = rec.engine_io or {}
-    inputs = [t for t in io.get("inputs", []) if isinstance(t, dict)]
-    outputs = [t for t in io.get("outputs", []) if isinstance(t, dict)]
-    said = [(str(t.get("name")), TRT_DTYPES.get(str(t.get("dtype")), str(t.get("dtype")))) for t in outputs]
+    inputs, outputs = engine_io(record, artifact)  # every field checked, one line naming it
+    said = [(t.name, TRT_DTYPES.get(t.dtype, t.dtype)) for t in outputs]
     probabilities = (record.get("output") or {}).get("kind") == "probabilities"
     if len(said) != 1 or said[0][1] != "float32" or not probabilities:
         got = ", ".join(f"{n} ({d})" for n, d in said) or "no recorded outputs"
@@ -130,17 +149,16 @@ def _plan_model(artifact: Path, content: bytes, record: dict) -> Model:
                          "of probabilities; a plan cannot be changed: pass the ONNX it was built from "
                          f"({record.get('source_onnx') or 'X.onnx'}) to export-deepstream instead (nvinfer builds "
                          "and caches the engine itself)")
-    shape = inputs[0].get("shape") if inputs else None
-    if not isinstance(shape, list) or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
+    shape = list(inputs[0].shape)
+    if len(shape) != 4 or not all(d > 0 for d in shape[1:]):
         raise ValueError(f"{artifact.name}.json records no (batch, 3, H, W) input in engine.io; rebuild the plan")
-    check_graph(record, inputs[0].get("name"), artifact, inputs[0].get("dtype"))
+    check_sidecar(record, plan_graph_io(record, artifact), artifact, scores=said[0][0])  # predict's refusals
     fixed = shape[0] if shape[0] > 0 else None
     profile = (fixed, fixed) if fixed else (int(rec.min_batch or 1), int(rec.max_batch or 1))
-    out_shape = outputs[0].get("shape")
-    classes = out_shape[-1] if isinstance(out_shape, list) and out_shape and isinstance(out_shape[-1], int) \
-        and out_shape[-1] > 0 else len(record["classes"])
+    out_shape = outputs[0].shape
+    classes = out_shape[-1] if out_shape and out_shape[-1] > 0 else len(record["classes"])
     facts = ModelFacts(tuple(shape[1:]), tuple(said), classes, plan_profile=profile)
-    return Model(artifact.name, content, dict(record), facts)
+    return Model(copy_name(artifact, ".plan"), content, dict(record), facts)
 
 
 def nvinfer_config(record: dict, model: Model, path: str | Path, batch: int = 1, threshold: float = 0.0,
@@ -151,7 +169,7 @@ def nvinfer_config(record: dict, model: Model, path: str | Path, batch: int = 1,
     c, h, w = model.facts.chw
     precision = record.get("precision", "fp32")
     mode, output = NETWORK_MODE[precision], model.facts.outputs[0][0]
-    lines = [f"# mlit-edge: {Path(path).name}; the input takes {describe(record)}",
+    lines = [f"# mlit-edge: {printable(Path(path).name)}; the input takes {printable(describe(record))}",
              "# the model outputs probabilities (Softmax, float32): classifier-threshold is a probability, and the "
              "top class is attached when it is above it",
              "[property]", "gpu-id=0", f"net-scale-factor={scale!r}", "offsets=" + ";".join(repr(o) for o in offsets),
@@ -184,7 +202,8 @@ def nvinfer_config(record: dict, model: Model, path: str | Path, batch: int = 1,
                   "maintain-aspect-ratio=1", "symmetric-padding=1"]
     lines += ["# 1: NvBufSurfTransformInter_Bilinear (nvbufsurftransform.h); nearest cost the shipped model 4.4 points",
               "# of top-1 on enlarged digits (benchmarks/deepstream_resize.py, docs/runtime.md)", "scaling-filter=1"]
-    return "\n".join(lines) + "\n"
+    # every line as GLib will read it; the names nvinfer reads as lists are one item each
+    return keyfile_text(lines, CONFIG, items={"output-blob-names": 1, "output-io-formats": 1})
 
 
 def check_options(batch: int, threshold: float) -> None:
@@ -203,9 +222,9 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     artifact, out = Path(artifact), Path(out)
     if artifact.suffix not in (".plan", ".onnx"):
         raise ValueError(f"{artifact.name}: DeepStream runs a .plan (TensorRT) or an .onnx it builds itself")
-    if not artifact.is_file():
-        raise FileNotFoundError(f"{artifact} does not exist")
+    require_file(artifact)  # a folder, FIFO or device is said as such
     check_options(batch, threshold)
+    check_uri(uri)
     if secondary is not None:
         check_secondary(secondary)
     content = artifact.read_bytes()
@@ -221,17 +240,17 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     infer_batch = secondary.batch if secondary else batch  # objects per batch in secondary mode, else frames
     config = nvinfer_config(record, model, artifact, infer_batch, threshold, secondary)
     labels = labels_text(record["classes"], artifact)
+    app = app_config(uri, batch, secondary)
     if os.path.lexists(out):
         raise FileExistsError(f"{out} already exists; remove it or pass another --out")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
+    with staged_folder(out) as staging:  # renamed to `out` whole, or removed (a killed run's: by the next run)
         (staging / model.name).write_bytes(model.content)  # the very bytes that were checked
         write_sidecar(staging / model.name, model.record)
-        (staging / CONFIG).write_text(config)
+        (staging / CONFIG).write_text(config, encoding="utf-8")  # GLib reads UTF-8 only (g_key_file_parse_line)
         (staging / LABELS).write_text(labels, encoding="utf-8")
-        (staging / APP).write_text(app_config(uri, batch, secondary))
+        (staging / APP).write_text(app, encoding="utf-8")
         if f"int8-calib-file={CALIB}" in config.splitlines():
             (staging / CALIB).write_text("mlit-edge: no calibration table. nvinfer sets TensorRT's INT8 flag only "
                                          "when int8-calib-file names a file that exists; the model is Q/DQ INT8, "
@@ -240,11 +259,6 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
         if problems:
             raise ValueError(f"{artifact.name}: the DeepStream files would fail: {problems[0]}"
                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-        os.chmod(staging, 0o755)
-        staging.rename(out)  # whole or not at all
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out
 
 

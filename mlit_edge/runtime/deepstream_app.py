@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from .glib_keyfile import keyfile_text, value_problem
 from .nvinfer_rules_data import CLASS_IDS_CHARS, MAX_BATCH, MIN_OBJECT
 
 CONFIG, LABELS, APP = "config_infer_mlit.txt", "labels.txt", "deepstream_app_config.txt"
@@ -76,8 +77,21 @@ def check_secondary(sec: Secondary) -> None:
     if not 1 <= sec.batch <= MAX_BATCH:
         raise ValueError(f"--secondary-batch {sec.batch}: nvinfer's batch-size is 1 to {MAX_BATCH}")
     path = sec.primary_config
-    if not path or path != path.strip() or any(c in path for c in "\\\n\r"):  # GLib would read another string
-        raise ValueError(f"--primary-config {path!r}: a path without a backslash, line break or outer spaces")
+    problem = "is empty" if not path else value_problem(path)  # GLib would read another string, or more lines
+    if problem:
+        raise ValueError(f"--primary-config {path[:80]!r} {problem}; give the detector's config file")
+
+
+def check_uri(uri: str) -> None:
+    """ValueError (one line) for a `--uri` the deepstream-app config cannot carry as itself: empty (the sample
+    stream is what no --uri means), or one GLib would read as another string or as more lines and groups."""
+    if not uri:
+        raise ValueError("--uri '': give the file source's URI (e.g. file:///home/me/video.mp4), or leave --uri out "
+                         "for DeepStream's sample stream")
+    problem = value_problem(uri)
+    if problem:
+        raise ValueError(f"--uri {uri[:80]!r} {problem}; percent-encode it (e.g. %20 for a space, %0A for a line "
+                         "break)")
 
 
 def secondary_keys(sec: Secondary) -> List[str]:
@@ -117,13 +131,13 @@ def app_config(uri: str, batch: int, secondary: Optional[Secondary] = None) -> s
     columns = math.ceil(math.sqrt(batch))  # more than one source: tiled, or only source 0 would reach the sink
     tiles = [] if batch == 1 else ["", "[tiled-display]", "enable=1", f"rows={math.ceil(batch / columns)}",
                                    f"columns={columns}", "width=1280", "height=720"]
-    return "\n".join([
+    return keyfile_text([  # every line as GLib will read it (the uri is the user's)
         "# deepstream-app -c " + APP, "[application]", "enable-perf-measurement=1", "perf-measurement-interval-sec=5",
         "", "[source0]", "enable=1", "type=3", f"uri={uri.replace('%', '%%')}", f"num-sources={batch}",
         "", "[streammux]", "live-source=0", f"batch-size={batch}", "width=1280", "height=720",
         "batched-push-timeout=40000", *_gies(batch, secondary), *tiles, "", "[osd]", "enable=1", "display-text=1",
-        "", "[sink0]", "enable=1", "type=1", "sync=0", ""])
+        "", "[sink0]", "enable=1", "type=1", "sync=0"], APP)
 
 
 __all__ = ["CONFIG", "LABELS", "APP", "SAMPLE_STREAM", "SAMPLE_PRIMARY", "Secondary", "parse_class_ids",
-           "parse_size", "check_secondary", "secondary_keys", "app_config"]
+           "parse_size", "check_secondary", "check_uri", "secondary_keys", "app_config"]

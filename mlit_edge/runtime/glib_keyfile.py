@@ -6,11 +6,14 @@ _boolean, _string, _string_list and the list forms, with the default ';' list se
 GLib's gkeyfile.c does for those calls (the functions are named beside each rule), so `nvinfer_rules` can
 check a file without PyGObject, on a device or a workstation alike; tests/runtime/test_nvinfer_rules.py holds
 it against GLib itself. Locale keys (key[xx]) and NUL bytes are outside the subset: refused.
+
+Writing is the other half (`keyfile_text`): every line `export-deepstream` writes goes through one checker, so a
+value taken from a file name, a sidecar or an argument can never be read back by GLib as anything but itself.
 """
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 _WS = " \t\n\v\f\r"  # g_ascii_isspace
 _ESCAPES = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}  # g_key_file_parse_value_as_string
@@ -131,6 +134,55 @@ def _glib_uint64(raw: str) -> int:
     return (-value) % 2 ** 64 if m.group(1) == "-" and value < 2 ** 64 - 1 else value
 
 
+_KEY = re.compile(r"[A-Za-z0-9-]+")  # [ours] the keys DeepStream reads; g_key_file_is_key_name allows more
+
+
+def value_problem(value: str) -> Optional[str]:
+    """Why GLib would not read `value`, written after `key=`, back as exactly `value` (None: it would). gkeyfile.c:
+    g_key_file_parse_data ends a line at every '\\n' (a value holding one would add lines, even groups, to the
+    file) and drops a '\\r' before it; g_key_file_parse_key_value_pair skips the value's leading whitespace
+    (g_ascii_isspace); g_key_file_parse_value_as_string reads '\\' as an escape (an unknown one is an error);
+    g_key_file_parse_line refuses a line that is not UTF-8. [ours] trailing whitespace, which GLib keeps, is
+    refused as well: it is invisible in the file, and so are the other unprintable characters (NBSP, U+2028)."""
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None:
+        return (f"holds the unprintable character U+{ord(bad):04X}, which GLib's key file would read as "
+                + ("the end of the line (g_key_file_parse_data)" if bad in "\r\n" else "something else"))
+    if value != value.strip(_WS):
+        return "starts or ends with a space, which GLib drops or which no reader of the file sees " \
+               "(g_key_file_parse_key_value_pair)"
+    if "\\" in value:
+        return "holds a backslash, which GLib reads as an escape (g_key_file_parse_value_as_string)"
+    return None
+
+
+def keyfile_text(lines: Sequence[str], where: str, items: Optional[Dict[str, int]] = None) -> str:
+    """The key file of `lines` (each a blank, a '#' comment, a '[group]' or a 'key=value'), every line checked as
+    GLib will read it: one line each (no line break in a comment either), a group name GLib takes, a value
+    `value_problem` passes, and for the keys in `items` a list of exactly that many items (';' is GLib's list
+    separator, g_key_file_get_string_list). KeyFileError (one line naming `where` and the key) otherwise."""
+    items = items or {}
+    for line in lines:
+        if not line or line.startswith(("#", "[")):
+            if any(not c.isprintable() for c in line):
+                raise KeyFileError(f"{where}: the line {line[:60]!r} holds an unprintable character (a line break "
+                                   "would start another line of the file: g_key_file_parse_data)")
+            if not line.startswith("["):
+                continue
+            if not (line.endswith("]") and line.count("]") == 1 and len(line) > 2 and "[" not in line[1:]):
+                raise KeyFileError(f"{where}: {line!r} is not a group name GLib reads (g_key_file_is_group_name)")
+            continue
+        key, eq, value = line.partition("=")
+        if not eq or not _KEY.fullmatch(key):
+            raise KeyFileError(f"{where}: {line!r} is not a key=value line")
+        problem = value_problem(value)
+        if problem is None and key in items and len(glib_list(value)) != items[key]:
+            problem = f"is {len(glib_list(value))} items for GLib (';' separates them), expected {items[key]}"
+        if problem:
+            raise KeyFileError(f"{where}: {key}={value[:80]!r} {problem}")
+    return "\n".join(lines) + "\n"
+
+
 READERS: Dict[str, Callable] = {
     "int": glib_int, "double": glib_double, "bool": glib_bool, "string": glib_string, "strings": glib_list,
     "ints": lambda raw: [glib_int(p) for p in glib_list(raw)], "uint64": _glib_uint64,
@@ -139,4 +191,4 @@ READERS: Dict[str, Callable] = {
 
 
 __all__ = ["KeyFileError", "parse_keyfile", "glib_string", "glib_list", "glib_int", "glib_double", "glib_bool",
-           "READERS"]
+           "READERS", "value_problem", "keyfile_text"]

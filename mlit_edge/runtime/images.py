@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .messages import first_line
+from .messages import first_line, not_a_file, printable
 
 DEFAULT_MAX_PIXELS = 50_000_000  # [ours] 50 MP: a 8660x5773 photo; the decoded RGB is 150 MB
 
@@ -87,9 +87,9 @@ def load_image(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS, ke
     with a third of the memory (a 20-Mpx grey PNG: 20 MB, not 60).
     """
     path = Path(path)
-    if not path.is_file():  # a FIFO or a device would block or never end: only regular files are read
-        raise InputError(f"{path}: " + ("not a regular file (a folder, FIFO or device)" if path.exists()
-                                        else "no such file"))
+    kind = not_a_file(path)  # a FIFO or a device would block or never end: only regular files are read
+    if kind:
+        raise InputError(f"{printable(path)} {kind}")
     return decode_image(path, path, max_pixels, keep_grey)
 
 

@@ -54,7 +54,7 @@ def lock(inbox: Path) -> IO[str]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         handle.seek(0)
-        holder = handle.read().strip() or "?"
+        holder = handle.read(64).strip() or "?"  # a pid and a newline: bounded, whatever the file holds
         handle.close()
         if e.errno in (errno.EAGAIN, errno.EACCES):
             raise RuntimeError(f"another mlit-edge serve (pid {holder}) is serving {inbox}; one server an inbox, "

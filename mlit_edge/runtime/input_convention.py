@@ -162,6 +162,9 @@ def onnx_dtype_name(elem_type: int) -> str:
 
 
 def graph_input(proto: Any) -> tuple[str, str]:
-    """An ONNX graph's first input: its name and element type as numpy names it (float32, uint8, ...)."""
+    """An ONNX graph's first input: its name and element type as numpy names it (float32, uint8, ...); ValueError
+    in one line for a graph without inputs (bytes a re-signed sidecar vouches for need not be a classifier)."""
+    if not proto.graph.input:
+        raise ValueError("the graph has no input, expected (N, 3, H, W) images: not an mlit-edge classifier")
     first = proto.graph.input[0]
     return first.name, onnx_dtype_name(first.type.tensor_type.elem_type)

@@ -1,8 +1,13 @@
 """What the user reads: one line of a failure, and the stages' progress lines on stderr."""
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import stat
 import sys
+from pathlib import Path
+from typing import Callable
 
 
 def printable(text: object) -> str:
@@ -29,6 +34,62 @@ def typed_line(exc: BaseException, limit: int | None = None) -> str:
     the type is half the story)."""
     line = first_line(exc, limit)
     return type(exc).__name__ if line == type(exc).__name__ else f"{type(exc).__name__}: {line}"
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """None when `path` is a regular file (through links); else what it is, in words that finish "PATH ...":
+    "does not exist", or "is not a regular file (it is a folder)" (a device, a FIFO). Only stat(2) is called:
+    opening a FIFO or a terminal to find out would block, and reading /dev/zero would never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "is a link to nothing" if os.path.islink(path) else "does not exist"
+    except NotADirectoryError:
+        return "does not exist (a folder on its way is a file)"
+    except (OSError, ValueError) as e:  # ValueError: a NUL character, which no path holds
+        return f"cannot be looked at ({getattr(e, 'strerror', None) or first_line(e)})"
+    return kind_of(mode)
+
+
+def kind_of(mode: int) -> str | None:
+    """None for a regular file's `st_mode`; else what it is, as `not_a_file` says it (for an open descriptor's
+    fstat, where a path's stat could name another file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is not a regular file (it is a folder)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is not a regular file (it is a device)"
+    if stat.S_ISFIFO(mode):
+        return "is not a regular file (it is a FIFO, a named pipe)"
+    return "is not a regular file (it is a socket)" if stat.S_ISSOCK(mode) else "is not a regular file"
+
+
+def require_file(path: str | os.PathLike, what: str = "") -> Path:
+    """`path` as a Path when it is a regular file, else an OSError in one line: `what` (e.g. "--onnx "), the
+    path (escaped) and what it is instead (`not_a_file`). FileNotFoundError where nothing is there,
+    IsADirectoryError for a folder, OSError for a device, FIFO or socket."""
+    kind = not_a_file(path)
+    if kind is None:
+        return Path(path)
+    error = (FileNotFoundError if kind.startswith(("does not", "is a link")) else
+             IsADirectoryError if kind.endswith("a folder)") else OSError)
+    raise error(f"{what}{printable(os.fspath(path))} {kind}")
+
+
+def escaped(fn: Callable) -> Callable:
+    """`fn` whose errors reach the caller with control characters escaped (`printable`): the Python API's
+    errors quote sidecars, configs and checkpoints as the CLI's do, and the CLI's `user_errors` is not there to
+    escape them. The exception keeps its type and traceback; only its message's strings are rewritten."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if e.args and any(isinstance(a, str) and not a.isprintable() for a in e.args):
+                e.args = tuple(printable(a) if isinstance(a, str) else a for a in e.args)
+            raise
+    return wrapper
 
 
 def log_lines(log: logging.Logger, text: str) -> None:

@@ -25,6 +25,8 @@ Stdlib only and Python 3.8 syntax (the device's Python imports the runtime).
 """
 from __future__ import annotations
 
+import re
+
 from typing import Dict, Optional, Tuple
 
 from .profiles import JETPACK_TABLE
@@ -95,7 +97,7 @@ def parse_pad(setting: str) -> Optional[int]:
     """`--pad-heads` as given: None for auto/off, else the head size N (a one-line error for anything else)."""
     if setting in PAD_SETTINGS:
         return None
-    if not str(setting).isdigit():
+    if not re.fullmatch(r"[0-9]{1,6}", str(setting)):  # str.isdigit() takes '²', which int() then refuses
         raise ValueError(f"--pad-heads {setting!r}: choose auto, off or a head size N (a multiple of 8, 16 to 256)")
     n = int(setting)
     if n % FP16_ALIGN or not FP16_MIN <= n <= FP16_MAX:

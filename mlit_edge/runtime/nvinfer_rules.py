@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .glib_keyfile import READERS, KeyFileError, parse_keyfile
 from .nvinfer_rules_data import IO_FORMATS, IO_TYPES, MAX_BATCH, MIN_OBJECT, NETWORK_MODES, PROPERTY, Entry
+from .textfile import read_text
 
 # the keys only GST should_infer_object reads, which only gst_nvinfer_process_objects calls (process-mode=2)
 OBJECT_KEYS = ("operate-on-gie-id", "operate-on-class-ids", "input-object-min-width", "input-object-min-height",
@@ -107,7 +108,7 @@ def labels_problems(text: str, classes: int, outputs: int) -> List[str]:
 
 def load_keyfile(path: Path) -> Dict[str, Dict[str, str]]:
     """The groups of a config file as GLib's key file holds them (KeyFileError or UnicodeDecodeError if not)."""
-    return parse_keyfile(Path(path).read_text(encoding="utf-8"))
+    return parse_keyfile(read_text(path, "DeepStream config"))
 
 
 def check_nvinfer(config: Path, facts: ModelFacts) -> List[str]:
@@ -166,7 +167,7 @@ def check_nvinfer(config: Path, facts: ModelFacts) -> List[str]:
         problems.append("labelfile-path: no labels file (CTX InferPostprocessor::parseLabelsFile: 'Could not open "
                         "labels file')")
     else:
-        problems += labels_problems((folder / labels).read_text(encoding="utf-8"), facts.classes,
+        problems += labels_problems(read_text(folder / labels, "labels file"), facts.classes,
                                     len(facts.outputs))
     return problems
 

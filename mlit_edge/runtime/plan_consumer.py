@@ -12,11 +12,15 @@ is written (`export-deepstream`, `export-triton`); an ONNX is always accepted (t
   Triton runs on x86 and on Jetsons alike, so export-triton leaves the platform to `mlit-edge serve`-style
   checks on the device.
 The refusal is one line with the command to run on the device.
+
+What a plan takes and gives is read from its sidecar's `engine.io` (`engine_io`), never from the engine: every
+field is checked there, once for both consumers, since a sidecar is a file anyone can edit.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, List, Mapping, Tuple
 
 from .schema import ArtifactRecord
 from .trt_env import MODULES
@@ -60,4 +64,67 @@ def check_plan_consumer(record: Mapping[str, Any], path: str | Path, consumer: s
                          f"Jetson needs an engine built there: {_fix(record, consumer)}")
 
 
-__all__ = ["CONSUMERS", "JETSON_PLATFORM", "build_command", "check_plan_consumer"]
+REBUILD = "rebuild it with mlit-edge build --frontend onnx"
+MAX_DIM = 2**31 - 1  # past this a classifier's dimension is a forged record, not a model
+
+
+@dataclass(frozen=True)
+class PlanTensor:
+    """One tensor of a plan's `engine.io`: its name, its type as TensorRT names it ('float', 'half', ...), its
+    shape with -1 where dynamic."""
+
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+
+
+def valid_dim(d: Any) -> bool:
+    """-1 (dynamic) or 1 to MAX_DIM, as an int (not a bool, a float or a string of digits)."""
+    return isinstance(d, int) and not isinstance(d, bool) and (d == -1 or 1 <= d <= MAX_DIM)
+
+
+def _bad(path: Path, field: str, value: Any, want: str) -> ValueError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 120 else shown[:120] + "..."
+    return ValueError(f"{path.name}.json: {field} is {shown}, expected {want}; {REBUILD}")
+
+
+def _tensor(path: Path, field: str, t: Any) -> PlanTensor:
+    if not isinstance(t, dict):
+        raise _bad(path, field, t, "an object with name, dtype and shape")
+    name, dtype, shape = t.get("name"), t.get("dtype"), t.get("shape")
+    if not isinstance(name, str) or not name:
+        raise _bad(path, f"{field}.name", name, "the tensor's name")
+    if not isinstance(dtype, str):
+        raise _bad(path, f"{field}.dtype", dtype, "a TensorRT type name such as 'float'")
+    if not isinstance(shape, list) or not all(valid_dim(d) for d in shape):
+        raise _bad(path, f"{field}.shape", shape, f"a list of dims, each -1 (dynamic) or 1 to {MAX_DIM}")
+    return PlanTensor(name, dtype, tuple(shape))
+
+
+def engine_io(record: Mapping[str, Any], path: str | Path) -> Tuple[List[PlanTensor], List[PlanTensor]]:
+    """A plan's inputs and outputs as its sidecar's `engine.io` records them, every field checked (at least one
+    of each); ValueError in one line naming the field otherwise."""
+    path = Path(path)
+    engine = record.get("engine")
+    io = engine.get("io") if isinstance(engine, dict) else None
+    if io is None:
+        raise ValueError(f"{path.name}.json records no engine I/O (a torch-tensorrt engine, or an old build); "
+                         f"{REBUILD}")
+    if not isinstance(io, dict):
+        raise _bad(path, "engine.io", io, "an object with inputs and outputs")
+    sides = []
+    for side in ("inputs", "outputs"):
+        if side not in io:
+            raise ValueError(f"{path.name}.json: engine.io.{side} is missing; {REBUILD}")
+        items = io[side]
+        if not isinstance(items, list):
+            raise _bad(path, f"engine.io.{side}", items, "a list of tensors")
+        if not items:
+            raise ValueError(f"{path.name}.json records no {side} in engine.io: not a classifier; {REBUILD}")
+        sides.append([_tensor(path, f"engine.io.{side}[{i}]", t) for i, t in enumerate(items)])
+    return sides[0], sides[1]
+
+
+__all__ = ["CONSUMERS", "JETSON_PLATFORM", "build_command", "check_plan_consumer", "PlanTensor", "valid_dim",
+           "engine_io"]

@@ -24,11 +24,12 @@ Stdlib only and Python 3.8 syntax: JetPack 5's python3 is 3.8 and imports this m
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple
+
+from .textfile import read_json
 
 # a plain file beside the module (package-data in pyproject.toml): json reads it on any Python, no importlib.resources
 TABLE = Path(__file__).with_name("jetpacks.json")
@@ -73,8 +74,7 @@ PARSER: Dict[str, Tuple[int, int, str, bool, bool]] = {
 
 def load_table(path: Path = TABLE) -> Dict[str, dict]:
     """The rows of jetpacks.json by JetPack ("5.1" ... "7"), in the file's order."""
-    with open(str(path), encoding="utf-8") as f:
-        return json.load(f)["jetpacks"]
+    return read_json(path, "JetPack table")["jetpacks"]
 
 
 def _release_key(release: str) -> Tuple[int, ...]:
@@ -203,3 +203,29 @@ def profile_named(name: Optional[str]) -> DeviceProfile:
         raise ValueError(f"its sidecar names the device profile {name!r}, which this mlit-edge does not know; "
                          "rebuild it with this version")
     return PROFILES[name]
+
+
+def recorded_profile(record: dict) -> Optional[DeviceProfile]:
+    """The device profile a sidecar records (its `profile` object, by name); None where it records none (made
+    before profiles were recorded); a one-line ValueError naming the value for anything else (`profile: 5`)."""
+    value = record.get("profile")
+    if value is None:
+        return None
+    name = value.get("name") if isinstance(value, dict) else None
+    if not isinstance(name, str) or name not in PROFILES:
+        shown = repr(name if isinstance(value, dict) else value)
+        raise ValueError(f"its sidecar's profile {shown[:80]} is not a device profile this mlit-edge knows "
+                         f"(expected an object named one of {', '.join(PROFILES)}); rebuild it with this version")
+    return PROFILES[name]
+
+
+def contradiction(profile: DeviceProfile, opset: Optional[int], ops: Iterable[str]) -> Optional[str]:
+    """Why a graph of default-domain `opset` and `ops` cannot have been made for `profile` (its parser reads
+    neither a newer opset nor, on 8.5, LayerNormalization: the PARSER table above); None when it can."""
+    if opset is not None and opset > profile.max_opset:
+        return (f"the graph is opset {opset}, and {profile.name}'s TensorRT {profile.tensorrt} parser reads "
+                f"{profile.max_opset} at most")
+    if profile.layernorm == "decomposed" and "LayerNormalization" in set(ops):
+        return (f"the graph holds LayerNormalization, which {profile.name}'s TensorRT {profile.tensorrt} parser "
+                "lacks (its exports decompose it)")
+    return None

@@ -6,7 +6,9 @@ is, what it was made from and with what. Loaders read and check it before touchi
 An artifact and its sidecar are replaced as a pair (`publish`): the new sidecar is first written
 under a hidden pending name, then the artifact is renamed into place, then the sidecar. A kill at
 any instant leaves the old pair, or the new artifact beside a pending sidecar that matches it, which
-`read_sidecar` accepts and `recover_publishes` completes: never a mix.
+`read_sidecar` accepts and `recover_publishes` completes: never a mix. A weights pair (`model.safetensors`
+and the `config.json` that records its sha256, train/weights_file.py) is published the same way
+(`publish_pair`), and recovered by the same function.
 """
 from __future__ import annotations
 
@@ -20,12 +22,15 @@ from typing import Iterator
 
 from .. import __version__
 from .compat import removesuffix
+from .messages import printable
+from .textfile import read_json
 
 
 class SidecarError(ValueError):
     """A sidecar field the runtime cannot use: the message names the field (`schema` checks them)."""
 
 FORMAT = "mlit-edge-artifact"
+WEIGHTS_FORMAT = "mlit-edge-weights"  # the config.json of a weights pair (train/weights_file.py)
 AUTO_FIELDS = ("format", "mlit_edge_version", "artifact", "sha256", "bytes")
 
 
@@ -42,10 +47,16 @@ def sidecar_path(artifact: str | Path) -> Path:
     return Path(f"{artifact}.json")
 
 
+def pending_of(companion: str | Path) -> Path:
+    """model.onnx.json -> .model.onnx.json.pending (config.json -> .config.json.pending): the next
+    companion file of an artifact, while the pair is being replaced."""
+    companion = Path(companion)
+    return companion.with_name(f".{companion.name}.pending")
+
+
 def pending_path(artifact: str | Path) -> Path:
     """model.onnx -> .model.onnx.json.pending: the next sidecar, while its pair is being replaced."""
-    artifact = Path(artifact)
-    return artifact.with_name(f".{artifact.name}.json.pending")
+    return pending_of(sidecar_path(artifact))
 
 
 @contextlib.contextmanager
@@ -95,9 +106,24 @@ def _record(artifact_name: str, content_path: Path, info: dict) -> dict:
             "sha256": sha256_file(content_path), "bytes": content_path.stat().st_size, **user_fields(info)}
 
 
-def _write_json(path: Path, record: dict) -> None:
+def _write_bytes(path: Path, data: bytes) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
+        tmp.write_bytes(data)
+
+
+def _write_json(path: Path, record: dict) -> None:
+    _write_bytes(path, (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
+
+
+def publish_pair(tmp: str | Path, artifact: str | Path, companion: str | Path, text: bytes) -> None:
+    """Move the finished file at `tmp` to `artifact` and write `text` as `companion`, the file that records
+    its sha256, as a pair: the companion first under its pending name, then the artifact renamed into
+    place, then the companion. Readers take a pending companion that matches the artifact."""
+    tmp, artifact, companion = Path(tmp), Path(artifact), Path(companion)
+    _fsync(tmp)
+    _write_bytes(pending_of(companion), text)
+    os.replace(tmp, artifact)
+    os.replace(pending_of(companion), companion)
 
 
 def publish(tmp: str | Path, artifact: str | Path, info: dict) -> dict:
@@ -105,10 +131,8 @@ def publish(tmp: str | Path, artifact: str | Path, info: dict) -> dict:
     artifact's sha256, size and the mlit-edge version); returns the record as written."""
     tmp, artifact = Path(tmp), Path(artifact)
     record = _record(artifact.name, tmp, info)
-    _fsync(tmp)
-    _write_json(pending_path(artifact), record)
-    os.replace(tmp, artifact)
-    os.replace(pending_path(artifact), sidecar_path(artifact))
+    publish_pair(tmp, artifact, sidecar_path(artifact),
+                 (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
     return record
 
 
@@ -126,15 +150,9 @@ def user_fields(record: dict) -> dict:
 
 
 def _load_json(path: Path) -> dict:
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"sidecar {path} is not valid JSON ({getattr(e, 'msg', e)}); rebuild the artifact") from None
-    except RecursionError:  # JSON nested thousands deep
-        raise ValueError(f"sidecar {path} is nested too deeply to be an mlit-edge sidecar; rebuild the artifact") \
-            from None
+    record = read_json(path, "sidecar", hint="rebuild the artifact")
     if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an mlit-edge sidecar")
+        raise ValueError(f"{printable(path)} is not an mlit-edge sidecar")
     return record
 
 
@@ -161,20 +179,36 @@ def read_sidecar(artifact: str | Path, verify_hash: bool = True, content: bytes 
                      "rebuild it with mlit-edge")
 
 
+def recorded_artifact(companion: Path, record: object) -> tuple[Path | None, str | None]:
+    """The artifact a companion file (a sidecar, or a weights pair's config.json) belongs to, and the
+    sha256 it records of it; (None, None) when it is neither."""
+    if not isinstance(record, dict):
+        return None, None
+    if record.get("format") == FORMAT:
+        return companion.with_name(removesuffix(companion.name, ".json")), record.get("sha256")
+    weights = record.get("weights")
+    if record.get("format") == WEIGHTS_FORMAT and isinstance(weights, dict) and isinstance(weights.get("file"), str):
+        name = weights["file"]
+        if name and "/" not in name and name not in (".", ".."):  # beside its config, never elsewhere
+            return companion.with_name(name), weights.get("sha256")
+    return None, None
+
+
 def recover_publishes(folder: str | Path) -> list[str]:
-    """Finish or undo every `publish` a kill interrupted in `folder`: a pending sidecar that matches
-    its artifact is renamed into place, one that does not is removed. Returns what was done."""
+    """Finish or undo every `publish` or `publish_pair` a kill interrupted in `folder`: a pending companion
+    that matches its artifact is renamed into place, one that does not is removed. Returns what was done."""
     done = []
-    for pending in Path(folder).glob(".*.json.pending"):
-        artifact = pending.with_name(removesuffix(pending.name[1:], ".json.pending"))
+    for pending in sorted(Path(folder).glob(".*.json.pending")):
+        companion = pending.with_name(removesuffix(pending.name[1:], ".pending"))
         try:
-            matches = artifact.is_file() and _load_json(pending).get("sha256") == sha256_file(artifact)
+            artifact, recorded = recorded_artifact(companion, read_json(pending, "pending sidecar"))
+            matches = artifact is not None and artifact.is_file() and recorded == sha256_file(artifact)
         except (OSError, ValueError):
             matches = False
         if matches:
-            os.replace(pending, sidecar_path(artifact))
-            done.append(f"completed {sidecar_path(artifact).name}")
+            os.replace(pending, companion)
+            done.append(f"completed {companion.name}")
         else:
             pending.unlink(missing_ok=True)
-            done.append(f"dropped an unfinished {sidecar_path(artifact).name}")
+            done.append(f"dropped an unfinished {companion.name}")
     return done

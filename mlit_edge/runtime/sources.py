@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .images import InputError
+from .messages import not_a_file
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".wmv", ".flv")
 LIVE_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://")
@@ -55,8 +56,9 @@ def parse_source(uri: str, width: int = 1280, height: int = 720, fps: int = 30) 
         pipeline = uri[len("gst://"):] if uri.startswith("gst://") else uri
         return VideoSource(uri, "gstreamer", pipeline, "gstreamer", "filesrc" not in pipeline)
     path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
-    if not path.is_file():
-        raise SourceError(f"{uri} does not exist" if not path.exists() else f"{uri} is not a file")
+    kind = not_a_file(path)
+    if kind:
+        raise SourceError(f"{uri} {kind}")
     if path.suffix.lower() not in VIDEO_SUFFIXES:
         raise SourceError(f"{uri}: not a video file ({', '.join(VIDEO_SUFFIXES)}); images go to mlit-edge predict")
     return VideoSource(uri, "file", str(path), "any", False)

@@ -2,8 +2,11 @@
 `imagenet.py SOURCE [OUTPUT]` does, with the torch-free runtime.
 
 One JSON line per classified frame (its index, the source's timestamp, the class, its probability and the
-latency from decoded frame to result), an optional annotated video (class, probability and FPS drawn
-on every frame), and a status line on stderr at an interval. SIGINT and SIGTERM end the run between
+latency from decoded frame to result), and for a file's frame that did not decode, one with its `error`
+instead; an optional annotated video (class, probability and FPS drawn on every frame), and a status line
+on stderr at an interval, which names the first frames that failed. A frame waiting for its batch is kept
+at the model's input size only (resized as it is decoded, by the classifier's own resize), so `--batch 240`
+on 1080p holds 240 small images and one full-size frame, not 240 full ones. SIGINT and SIGTERM end the run between
 frames: every JSON line written is whole and the annotated video is finalised, so it plays.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 from .classifier import Classifier, Prediction
 from .clobber import check_file_folder, refuse_clobber
 from .images import DEFAULT_MAX_PIXELS
+from .preprocess import resize_images
 from .sidecar import pending_path, sidecar_path
 from .video import Frame, FrameReader, SourceError, VideoSource, import_cv2, parse_source
 
@@ -84,7 +88,8 @@ class Stats:
         lat = np.array(self.latencies_ms or [np.nan])
         seconds = time.perf_counter() - self.start
         return {"frames_read": reader.read, "classified": self.classified, "dropped": reader.dropped,
-                "corrupt": reader.corrupt, "reconnects": reader.reconnects, "truncated": reader.truncated,
+                "corrupt": reader.corrupt, "corrupt_frames": list(reader.failed), "reconnects": reader.reconnects,
+                "truncated": reader.truncated, "cut_after": reader.cut_after,
                 "fps": self.classified / seconds if seconds > 0 else 0.0,
                 "latency_ms_p50": float(np.nanpercentile(lat, 50)) if self.latencies_ms else None,
                 "latency_ms_p99": float(np.nanpercentile(lat, 99)) if self.latencies_ms else None,
@@ -94,11 +99,15 @@ class Stats:
 def status_line(s: dict, live: bool) -> str:
     p50 = "-" if s["latency_ms_p50"] is None else f"{s['latency_ms_p50']:.1f}"
     p99 = "-" if s["latency_ms_p99"] is None else f"{s['latency_ms_p99']:.1f}"
-    skipped = (f"dropped {s['dropped']} (live: newest frame only)" + (f" | corrupt {s['corrupt']}" if s["corrupt"] else "")
-               if live else f"corrupt {s['corrupt']}")
+    corrupt = f"corrupt {s['corrupt']}"
+    if s["corrupt_frames"]:  # a file's: which ones, the first few
+        more = ", ..." if s["corrupt"] > len(s["corrupt_frames"]) else ""
+        corrupt += f" (frame{'s' if s['corrupt'] > 1 else ''} {', '.join(map(str, s['corrupt_frames']))}{more})"
+    skipped = (f"dropped {s['dropped']} (live: newest frame only)" + (f" | {corrupt}" if s["corrupt"] else "")
+               if live else corrupt)
     return (f"frames {s['frames_read']} | classified {s['classified']} | {s['fps']:.1f} FPS | latency p50 {p50} ms "
             f"p99 {p99} ms | {skipped}" + (f" | reconnects {s['reconnects']}" if s["reconnects"] else "")
-            + (" | truncated file" if s["truncated"] else ""))
+            + (f" | nothing decodes after frame {s['cut_after']}" if s["truncated"] else ""))
 
 
 class Annotator:
@@ -197,18 +206,25 @@ def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = 
 def _run(model: str | Path, source: VideoSource, opts: StreamOptions, out: IO[str]) -> dict:
     uri = source.uri
     with Classifier.load(model, max_pixels=opts.max_pixels) as clf, \
-            FrameReader(source, max_pixels=opts.max_pixels) as reader, stop_on_signals(reader) as got:
+            FrameReader(source, max_pixels=opts.max_pixels, failures=True) as reader, stop_on_signals(reader) as got:
         batch = opts.batch or clf.runner.static_batch or 1
         annotator = Annotator(opts.output, reader.fps) if opts.output else None
-        stats, last, last_status, pending = Stats(), None, time.perf_counter(), []
+        stats, last, last_status = Stats(), None, time.perf_counter()
+        pending: list[Frame] = []  # in order: frames to classify (their image at the model's size) and failed ones
+        waiting = 0  # of them, frames to classify
         logger.info(f"{uri}: {source.kind} source, {'live: the newest frame is classified, older ones dropped' if source.live else 'file: every frame read'}"
                     f" ({reader.fps:g} FPS), classifying 1 in {opts.every} with {Path(model).name}, batch {batch}")
 
         def flush() -> None:
-            nonlocal last
-            preds = clf.predict([f.image for f in pending], top_k=opts.top_k)
+            nonlocal last, waiting
+            images = [f.image for f in pending if f.error is None]
+            preds = iter(clf.predict(images, top_k=opts.top_k) if images else [])
             done = time.perf_counter()
-            for f, p in zip(pending, preds):
+            for f in pending:
+                if f.error is not None:
+                    out.write(json.dumps({"frame": f.index, "t": round(f.timestamp_s, 4), "error": f.error}) + "\n")
+                    continue
+                p = next(preds)
                 latency = (done - f.read_at) * 1000
                 stats.add(latency)
                 row = {"frame": f.index, "t": round(f.timestamp_s, 4), "class": p.name, "class_id": p.class_id,
@@ -219,20 +235,23 @@ def _run(model: str | Path, source: VideoSource, opts: StreamOptions, out: IO[st
                 last = p
             out.flush()
             pending.clear()
+            waiting = 0
 
         try:
             for frame in reader:
-                if frame.index % opts.every == 0:
-                    pending.append(frame)
-                    if len(pending) >= batch or source.live:
+                if frame.index % opts.every == 0:  # the full-size frame is not kept: the annotator has it now
+                    small = None if frame.error else resize_images([frame.image], clf.size)[0]
+                    pending.append(Frame(frame.index, frame.timestamp_s, small, frame.read_at, frame.error))
+                    waiting += frame.error is None
+                    if waiting >= batch or source.live or not waiting:  # a failure alone: written now
                         flush()
-                if annotator is not None:
+                if annotator is not None and frame.error is None:
                     annotator.write(frame, _label(last, stats.fps))
                 now = time.perf_counter()
                 if opts.status_s and now - last_status >= opts.status_s:
                     logger.info(status_line(stats.summary(reader), source.live))
                     last_status = now
-                if opts.max_frames is not None and stats.classified + len(pending) >= opts.max_frames:
+                if opts.max_frames is not None and stats.classified + waiting >= opts.max_frames:
                     break
             if pending:
                 flush()

@@ -5,7 +5,7 @@ The config is written from the artifact itself: the platform from its format, th
 data types and dims from the engine's recorded I/O (a plan) or the graph (an ONNX), and `max_batch_size`
 with dynamic batching where the batch dimension is dynamic (0 and full dims for a static batch, as
 Triton's model configuration asks). The config is parsed back with Triton's own parser before it is written
-(`triton_config`), and the model folder is staged in a fresh private folder (mkdtemp) renamed into place:
+(`triton_config`), and the model folder is staged in a fresh private folder (`staging`) renamed into place:
 nothing is written through a link, nor deleted, that someone else put in the repository. An ONNX's external
 data files go beside model.onnx (each checked to be a plain file in the artifact's folder); an ONNX that needs
 a recent ONNX Runtime says so in a warning and a config comment (Triton's ORT backend ships per release).
@@ -16,22 +16,22 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
 from .artifact import BATCH_PROFILE
 from .graph_scan import default_opset
-from .input_convention import check_graph, describe, onnx_dtype_name
-from .plan_consumer import check_plan_consumer
+from .graph_record import LOGITS, check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
+from .input_convention import describe, onnx_dtype_name
+from .messages import require_file
+from .plan_consumer import check_plan_consumer, engine_io
 from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
 from .sidecar import atomic_path, read_sidecar
-from .triton_config import (LABELS, MAX_DIM, TRITON_TYPES, Tensor, check_tensors, checked_config, placement,
-                             valid_dim)
+from .staging import staged_folder
+from .triton_config import LABELS, TRITON_TYPES, Tensor, check_tensors, checked_config, placement
 
 PLATFORMS = {".plan": ("tensorrt_plan", "model.plan"), ".onnx": ("onnxruntime_onnx", "model.onnx")}
 MAX_NAME = 128  # Triton's model names, as export-triton allows them
-HINT = "rebuild it with mlit-edge build --frontend onnx"
 
 
 def _triton_type(name: str, dtype: str, path: Path) -> str:
@@ -40,54 +40,18 @@ def _triton_type(name: str, dtype: str, path: Path) -> str:
     return TRITON_TYPES[dtype]
 
 
-def _bad(path: Path, field: str, value, want: str) -> ValueError:
-    shown = repr(value)
-    shown = shown if len(shown) <= 120 else shown[:120] + "..."
-    return ValueError(f"{path.name}.json: {field} is {shown}, expected {want}; {HINT}")
-
-
-def _plan_tensor(path: Path, field: str, t) -> Tensor:
-    """One tensor of `engine.io`, each field checked: the sidecar is a file anyone can edit."""
-    if not isinstance(t, dict):
-        raise _bad(path, field, t, "an object with name, dtype and shape")
-    name, dtype, shape = t.get("name"), t.get("dtype"), t.get("shape")
-    if not isinstance(name, str) or not name:
-        raise _bad(path, f"{field}.name", name, "the tensor's name")
-    if not isinstance(dtype, str):
-        raise _bad(path, f"{field}.dtype", dtype, "a TensorRT type name such as 'float'")
-    if not isinstance(shape, list) or not all(valid_dim(d) for d in shape):
-        raise _bad(path, f"{field}.shape", shape, f"a list of dims, each -1 (dynamic) or 1 to {MAX_DIM}")
-    return Tensor(name, _triton_type(name, dtype, path), tuple(shape))
-
-
 def plan_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
-    """A plan's inputs and outputs, from the engine's I/O that its sidecar records."""
-    engine = record.get("engine")
-    io = engine.get("io") if isinstance(engine, dict) else None
-    if io is None:
-        raise ValueError(f"{path.name}.json records no engine I/O (a torch-tensorrt engine, or an old build); {HINT}")
-    if not isinstance(io, dict):
-        raise _bad(path, "engine.io", io, "an object with inputs and outputs")
-    sides = []
-    for side in ("inputs", "outputs"):
-        if side not in io:
-            raise ValueError(f"{path.name}.json: engine.io.{side} is missing; {HINT}")
-        items = io[side]
-        if not isinstance(items, list):
-            raise _bad(path, f"engine.io.{side}", items, "a list of tensors")
-        if not items:
-            raise ValueError(f"{path.name}.json records no {side} in engine.io: Triton serves no such model; {HINT}")
-        sides.append([_plan_tensor(path, f"engine.io.{side}[{i}]", t) for i, t in enumerate(items)])
-    return sides[0], sides[1]
+    """A plan's inputs and outputs, from the engine's I/O that its sidecar records (`plan_consumer.engine_io`,
+    every field checked), in Triton's types."""
+    inputs, outputs = engine_io(record, path)
+    return tuple([Tensor(t.name, _triton_type(t.name, t.dtype, path), t.shape) for t in side]  # type: ignore
+                 for side in (inputs, outputs))
 
 
 def onnx_io(path: Path, content: bytes | None = None) -> tuple[list[Tensor], list[Tensor]]:
     """An ONNX's inputs and outputs, from the graph (read without its weights); `content`: the graph as it will
     be served, when that is not the file's (a --probabilities copy)."""
-    import onnx
-
-    graph = (onnx.load_from_string(content) if content is not None
-             else onnx.load(str(path), load_external_data=False)).graph
+    graph = parse_onnx(Path(path).read_bytes() if content is None else content, path).graph  # weights not loaded
     weights = {t.name for t in graph.initializer}
 
     def tensors(values) -> list[Tensor]:
@@ -120,13 +84,14 @@ def _graph_tensors(graph):
         yield from (sparse.values, sparse.indices)
 
 
-def external_data(path: Path, file_name: str) -> list[str]:
+def external_data(path: Path, file_name: str, content: bytes | None = None) -> list[str]:
     """The files beside `path` that hold its external data (each tensor's `location`), each checked to be a
     plain file name in the artifact's own folder (no '..', no directory, no absolute path, no link out of it)
-    and to exist; ValueError in one line otherwise. Copied beside `file_name` (model.onnx), Triton loads it."""
+    and to exist; ValueError in one line otherwise. Copied beside `file_name` (model.onnx), Triton loads it.
+    `content`: the file's bytes, already read."""
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    graph = parse_onnx(Path(path).read_bytes() if content is None else content, path).graph
     folder, names = os.path.realpath(path.parent), []
     for t in _graph_tensors(graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
@@ -198,22 +163,6 @@ def model_name(name: str | None, artifact: Path) -> str:
     return name
 
 
-def _staging(repo: Path, name: str) -> Path:
-    """A fresh folder in `repo` that only this process made: mkdtemp never reuses a path that exists, so a
-    link or a folder planted under a predictable name is neither written through nor deleted."""
-    try:
-        repo.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=repo))
-    except OSError as e:
-        raise OSError(f"cannot write the model repository {repo} ({e.strerror or e})") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_repository(artifact: str | Path, repo: str | Path, name: str | None = None,
                      warn: Optional[Callable[[str], None]] = None, kind: str = "gpu",
                      engine_cache: str | None = None, probabilities: bool = False) -> Path:
@@ -231,8 +180,7 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     artifact, repo = Path(artifact), Path(repo)
     if artifact.suffix not in PLATFORMS:
         raise ValueError(f"{artifact.name}: Triton serves .plan (TensorRT) and .onnx (ONNX Runtime) artifacts")
-    if not artifact.is_file():
-        raise FileNotFoundError(f"{artifact} does not exist")
+    require_file(artifact)  # a folder, FIFO or device is said as such
     content = artifact.read_bytes()
     record = read_sidecar(artifact, content=content)  # these bytes' sha256 against the sidecar, or one line
     classifier_fields(record, artifact)
@@ -240,21 +188,26 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         check_plan_consumer(record, artifact, "triton")
     name = model_name(name, artifact)
     platform, file_name = PLATFORMS[artifact.suffix]
-    served = None
+    is_onnx, served = artifact.suffix == ".onnx", None
     if probabilities:
         if artifact.suffix != ".onnx":
             raise ValueError(f"--probabilities: {artifact.name} is a plan, which cannot be edited; pass the .onnx, or "
                              "build a plan from a graph that ends in probabilities")
         from .graph_outputs import with_probabilities
 
-        served = with_probabilities(content)
+        try:
+            served = with_probabilities(content)
+        except ValueError as e:
+            raise ValueError(f"{artifact.name}: {e}") from None
         record = {**record, "served_output": "probabilities: Softmax(logits) in float32, appended by export-triton"}
-    inputs, outputs = plan_io(artifact, record) if artifact.suffix == ".plan" else onnx_io(artifact, served)
+    inputs, outputs = onnx_io(artifact, served or content) if is_onnx else plan_io(artifact, record)
     check_tensors(inputs, outputs, artifact.name)
-    # a --raw-input graph's sidecar must say so, and no other's; a uint8 graph's its dtype (Triton's TYPE_UINT8)
-    check_graph(record, inputs[0].name, artifact, "uint8" if inputs[0].dtype == "TYPE_UINT8" else "float32")
-    is_onnx = artifact.suffix == ".onnx"
-    data = external_data(artifact, file_name) if is_onnx and served is None else []  # the copy holds its weights
+    # the sidecar against its graph with predict's refusals (input convention and dtype, size, a class per score)
+    graph = onnx_graph_io(parse_onnx(content, artifact)) if is_onnx else plan_graph_io(record, artifact)
+    check_sidecar(record, graph, artifact, scores=LOGITS if LOGITS in graph.output_names else
+                  next(iter(graph.output_names), None))  # the output `labels` names, as it picks it
+    # a --probabilities copy holds its weights
+    data = external_data(artifact, file_name, content) if is_onnx and served is None else []
     notes = ort_notes(content, record) if is_onnx else ()
     labelled, label_text = labels(record, outputs, artifact)
     place = placement(platform, kind, record, name, served or content, artifact.name, engine_cache)
@@ -264,8 +217,11 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     folder = repo / name
     if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")
-    staging = _staging(repo, name)
     try:
+        repo.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"cannot write the model repository {repo} ({e.strerror or e})") from None
+    with staged_folder(folder) as staging:  # renamed to REPO/NAME whole, or removed (a killed run's: by the next)
         (staging / "1").mkdir()
         (staging / "1" / file_name).write_bytes(content if served is None else served)  # the bytes checked
         for data_name in data:  # checked above: plain file names in the artifact's folder
@@ -274,14 +230,6 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         (staging / LABELS).write_text(label_text, encoding="utf-8")  # label_filename is read beside the config
         with atomic_path(staging / "mlit-edge.json") as tmp:  # provenance: the sidecar, next to the config
             Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
-        # mkdtemp's 0700 kept others out while it was written; the served folder gets the usual permissions
-        os.chmod(staging, 0o777 & ~_umask())  # (Triton may run as another user)
-        if os.path.lexists(folder):
-            raise FileExistsError(f"{folder} appeared meanwhile; remove it or pass another --name")
-        staging.rename(folder)  # the model appears whole or not at all
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)  # made by _staging above, in this call: ours to remove
-        raise
     for note in notes:
         (warn or (lambda line: None))(note)
     return folder

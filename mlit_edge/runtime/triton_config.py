@@ -22,13 +22,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
 
+from .plan_consumer import MAX_DIM, valid_dim  # Triton's dims are int64; past 2^31 - 1 a record is forged
 from .triton_rules import ONNX, PLAN, PRECISION_MODES, check_config
 
 # TensorRT's dtype names (`engine.io`, as `trt.DataType`) and numpy's (an ONNX graph) to Triton's
 TRITON_TYPES = {"float": "TYPE_FP32", "float32": "TYPE_FP32", "half": "TYPE_FP16", "float16": "TYPE_FP16",
                 "bfloat16": "TYPE_BF16", "int64": "TYPE_INT64", "int32": "TYPE_INT32", "int8": "TYPE_INT8",
                 "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL"}
-MAX_DIM = 2**31 - 1  # past this a classifier's dimension is a forged record, not a model (Triton's dims are int64)
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,6 @@ class Tensor:
     name: str
     dtype: str  # Triton's TYPE_*
     shape: tuple[int, ...]  # -1 where dynamic
-
-
-def valid_dim(d) -> bool:
-    """-1 (dynamic) or 1 to MAX_DIM, as an int (not a bool, a float or a string of digits)."""
-    return isinstance(d, int) and not isinstance(d, bool) and (d == -1 or 1 <= d <= MAX_DIM)
 
 
 def check_tensors(inputs: list[Tensor], outputs: list[Tensor], where: str) -> None:

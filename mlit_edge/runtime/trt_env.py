@@ -8,7 +8,6 @@ how to rebuild.
 """
 from __future__ import annotations
 
-import json
 import logging
 import platform
 import re
@@ -19,8 +18,10 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from .messages import printable, require_file
 from .schema import ArtifactRecord
 from .sidecar import read_sidecar
+from .textfile import read_bytes, read_json, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def _cuda_props() -> tuple[str | None, str | None, str | None]:
 def cuda_toolkit(path: str = "/usr/local/cuda/version.json") -> str | None:
     """The installed CUDA toolkit's major.minor (JetPack and the CUDA installers write version.json), or None."""
     try:
-        version = json.loads(Path(path).read_text())["cuda"]["version"]
+        version = read_json(path, "CUDA version file")["cuda"]["version"]
         return ".".join(str(version).split(".")[:2])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -134,7 +135,7 @@ def _jetson() -> tuple[str | None, str | None]:
     l4t = jetpack = None
     release = Path("/etc/nv_tegra_release")
     if release.is_file():
-        m = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", release.read_text())
+        m = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", read_text(release, "L4T release file", errors="replace"))
         if m:
             l4t = f"R{m.group(1)}.{m.group(2)}"
     if l4t and shutil.which("dpkg-query"):
@@ -149,8 +150,8 @@ def _jetson() -> tuple[str | None, str | None]:
 def jetson_module(path: str = "/proc/device-tree/model") -> str | None:
     """The board's model string on a Jetson ("NVIDIA Jetson AGX Orin Developer Kit"); None elsewhere."""
     try:
-        text = Path(path).read_bytes().decode("utf-8", errors="replace").replace("\0", "").strip()
-    except OSError:
+        text = read_bytes(path, "device-tree model").decode("utf-8", errors="replace").replace("\0", "").strip()
+    except (OSError, ValueError):
         return None
     return text[:200] or None
 
@@ -190,27 +191,30 @@ def rebuild_hint(record: dict) -> str:
 def check_compatible(record: dict, env: DeviceEnv, force: bool = False) -> None:
     """Raise EngineError (one line, with the rebuild command) unless `env` can run the plan of `record`.
     `force`: run a plan built on another Jetson module of the same GPU (the user knows better; said)."""
+    # every line quotes the sidecar (module, version, GPU, module name): escaped here, not only by the CLI, since
+    # the Python API raises and logs them as they are
     rec = ArtifactRecord.of(record)
     if rec.builder_module != env.trt_module or rec.builder_version != env.trt_version:
         have = f"{env.trt_module} {env.trt_version}" if env.trt_module else "no TensorRT"
-        raise EngineError(f"{record.get('artifact')} was built with {rec.builder_module} {rec.builder_version}; this "
-                          f"machine has {have}; {rebuild_hint(record)}")
+        raise EngineError(printable(f"{record.get('artifact')} was built with {rec.builder_module} "
+                                    f"{rec.builder_version}; this machine has {have}; {rebuild_hint(record)}"))
     if env.compute_capability is None:
-        raise EngineError(f"{record.get('artifact')}: no CUDA GPU on this machine, and a TensorRT engine needs one to "
-                          "deserialize (use the .onnx with ONNX Runtime here)")
+        raise EngineError(printable(f"{record.get('artifact')}: no CUDA GPU on this machine, and a TensorRT engine "
+                                    "needs one to deserialize (use the .onnx with ONNX Runtime here)"))
     want = rec.device.get("compute_capability")
     if want is not None and want != env.compute_capability:
-        raise EngineError(f"{record.get('artifact')} was built for {rec.device.get('gpu_name')} "
-                          f"(sm_{want.replace('.', '')}); this GPU is {env.gpu_name} "
-                          f"(sm_{env.compute_capability.replace('.', '')}); {rebuild_hint(record)}")
+        raise EngineError(printable(f"{record.get('artifact')} was built for {rec.device.get('gpu_name')} "
+                                    f"(sm_{want.replace('.', '')}); this GPU is {env.gpu_name} "
+                                    f"(sm_{env.compute_capability.replace('.', '')}); {rebuild_hint(record)}"))
     # AGX Orin, Orin NX and Orin Nano share sm_87: the compute capability does not tell them apart, and a plan's
     # tactics are timed on one module's clocks and memory
     built_on = rec.device.get("module")
     if built_on and env.module and built_on != env.module:
         if not force:
-            raise EngineError(f"{record.get('artifact')} was built on a {built_on}; this is a {env.module}; "
-                              f"{rebuild_hint(record)} (or pass --force to run it anyway)")
-        logger.warning(f"warning: --force: running {record.get('artifact')}, built on a {built_on}, on this {env.module}")
+            raise EngineError(printable(f"{record.get('artifact')} was built on a {built_on}; this is a "
+                                        f"{env.module}; {rebuild_hint(record)} (or pass --force to run it anyway)"))
+        logger.warning(printable(f"warning: --force: running {record.get('artifact')}, built on a {built_on}, "
+                                 f"on this {env.module}"))
 
 
 def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes | None = None,
@@ -218,9 +222,7 @@ def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes |
     """The plan's sidecar record once the plan is proven intact and runnable here (nothing is
     deserialized). `content`: the plan's bytes as they will be deserialized, hashed instead of the
     file. Every refusal is an EngineError or FileNotFoundError with one line."""
-    plan = Path(plan)
-    if not plan.is_file():
-        raise FileNotFoundError(f"{plan} does not exist")
+    plan = require_file(plan)
     try:
         record = read_sidecar(plan, content=content)
     except ValueError as e:
@@ -256,9 +258,7 @@ def load_engine(plan: str | Path, env: DeviceEnv | None = None) -> tuple[trt.ICu
 
     Returns (engine, sidecar record).
     """
-    plan = Path(plan)
-    if not plan.is_file():
-        raise FileNotFoundError(f"{plan} does not exist")
+    plan = require_file(plan)
     content = plan.read_bytes()
     record = verify_plan(plan, env, content)
     return deserialize(content, record, plan), record

@@ -44,9 +44,35 @@ def uint8_inputs(model: Any) -> List[str]:
     return [i.name for i in model.graph.input if i.name not in weights and i.type.tensor_type.elem_type == ONNX_UINT8]
 
 
+def _uint8_made(model: Any) -> List[Any]:
+    """(node, output) of each node output whose element type is UINT8 by the node's own definition: a Cast to
+    UINT8, and a QuantizeLinear whose zero point is UINT8 or whose `output_dtype` (opset 21) says UINT8 (onnx
+    docs/Operators.md, QuantizeLinear: "the output type is determined by the zero point")."""
+    elem = {t.name: t.data_type for t in model.graph.initializer}
+    elem.update((i.name, i.type.tensor_type.elem_type) for i in model.graph.input)
+    for node in model.graph.node:
+        value = next((a.t for a in node.attribute if a.name == "value"), None) if node.op_type == "Constant" else None
+        if value is not None and len(node.output) == 1:
+            elem[node.output[0]] = value.data_type
+    made = []
+    for node in model.graph.node:
+        if not node.output or not node.output[0]:
+            continue
+        attrs = {a.name: a.i for a in node.attribute if a.name in ("to", "output_dtype")}
+        if node.op_type == "Cast" and attrs.get("to") == ONNX_UINT8:
+            made.append((node, node.output[0]))
+        elif node.op_type == "QuantizeLinear" and node.domain in ("", "ai.onnx"):
+            zero_point = node.input[2] if len(node.input) > 2 else ""
+            if attrs.get("output_dtype") == ONNX_UINT8 or (zero_point and elem.get(zero_point) == ONNX_UINT8):
+                made.append((node, node.output[0]))
+    return made
+
+
 def uint8_problems(model: Any) -> List[str]:
     """What in `model` breaks TensorRT's UINT8 rule: a UINT8 input read by anything but a Cast to float or half,
-    and a UINT8 tensor that is neither a graph input nor a graph output. Empty for a graph without UINT8."""
+    and a UINT8 tensor that is neither a graph input nor a graph output (a Cast to UINT8, a QuantizeLinear with
+    a UINT8 zero point: onnx-tensorrt's "TensorRT does not support UINT8 types for intermediate tensors!").
+    Empty for a graph without UINT8. The one place this rule lives: `mlit-edge check` reports it."""
     problems = []
     inputs, outputs = set(uint8_inputs(model)), {o.name for o in model.graph.output}
     for node in model.graph.node:
@@ -56,7 +82,8 @@ def uint8_problems(model: Any) -> List[str]:
                 what = f"Cast to element type {to}" if node.op_type == "Cast" else node.op_type
                 problems.append(f"UINT8 input {x!r} is read by {what} ({node.name or 'unnamed'}): TensorRT converts "
                                 "a UINT8 input only by a Cast to FLOAT or FLOAT16, before any other layer")
-        if to == ONNX_UINT8 and node.output[0] not in outputs:
-            problems.append(f"Cast {node.name or 'unnamed'} makes the intermediate UINT8 tensor {node.output[0]!r}: "
+    for node, tensor in _uint8_made(model):
+        if tensor not in outputs:
+            problems.append(f"{node.op_type} {node.name or 'unnamed'} makes the intermediate UINT8 tensor {tensor!r}: "
                             "TensorRT takes UINT8 only as a network input or output")
     return problems

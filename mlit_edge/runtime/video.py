@@ -1,18 +1,20 @@
 """Video sources for the torch-free runtime: video files, V4L2 and CSI cameras, RTSP/HTTP streams and raw
 GStreamer pipelines, all decoded by OpenCV, which is imported here only, and only when a video source is used.
 
-A **file** is read frame by frame and every frame is handed on; a frame that does not decode is skipped
-and counted, and so is a run of them, however long, when good frames follow (a run ends the file only at
-the header's frame count, or past `BAD_RUN_S` of video). A frame over `max_pixels` is skipped and counted
-the same way, by the capture's stated size before a file is read and by each decoded frame's shape; a
-live MJPEG stream over HTTP is read by `mjpeg.py`, which checks each JPEG's header before decoding. A **live** source (a camera or a stream) is read by a thread of its own that keeps only the
-newest frame: the classifier always gets the latest one, latency cannot grow with a backlog, and every
-frame replaced before it was taken is counted as dropped. A live source that stops delivering is
-reopened with a capped exponential backoff, forever, with a line each time, so a flaky camera never
-ends the process (nor crash-loops a service). That thread owns the live capture: only it reads and
-releases it, since releasing a capture under another thread's read() crashes OpenCV (SIGSEGV or abort).
-`close()` waits `CLOSE_WAIT_S` for it; a read still blocked then (a stalled source) is left to return
-on its own, or to the process exit (`stalled_at_close`).
+A **file** is read frame by frame and every frame is handed on; a frame that does not decode is skipped and
+counted, and so is a run of them, however long, when good frames follow (a run ends the file only at the
+header's frame count, or past `BAD_RUN_S` of video). A frame over `max_pixels` is skipped and counted the
+same way, by the capture's stated size before a file is read and by each decoded frame's shape; a live MJPEG
+stream over HTTP is read by `mjpeg.py`, which checks each JPEG's header before decoding. The first
+`FIRST_FAILED` skipped frames' numbers are kept (`failed`); with `failures=True` a file's skipped frames are
+handed on too, in their place, each without an image and with its `error`. A **live** source (a camera or a
+stream) is read by a thread of its own that keeps only the newest frame: the classifier always gets the
+latest one, latency cannot grow with a backlog, and every frame replaced before it was taken is counted as
+dropped. A live source that stops delivering is reopened with a capped exponential backoff, forever, with a
+line each time, so a flaky camera never ends the process (nor crash-loops a service). That thread owns the
+live capture: only it reads and releases it, since releasing a capture under another thread's read()
+crashes OpenCV (SIGSEGV or abort). `close()` waits `CLOSE_WAIT_S` for it; a read still blocked then (a
+stalled source) is left to return on its own, or to the process exit (`stalled_at_close`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ __all__ = ["LIVE_SCHEMES", "VIDEO_SUFFIXES", "Frame", "FrameReader", "SourceErro
 
 logger = logging.getLogger(__name__)
 
+FIRST_FAILED = 10  # [ours] skipped frames whose numbers are kept for the status line and the summary
 MAX_BAD_READS = 25  # failed reads after a file's header count (or without one) that end it
 BAD_RUN_S = 600.0  # [ours] a run of undecodable frames this long (in video time) ends a file: a header that lies
 BACKOFF_S = (0.5, 30.0)  # first and longest wait between reconnects of a live source
@@ -57,20 +60,25 @@ def import_cv2():
 class Frame:
     index: int  # the frame's place in the source, counting every frame read (dropped ones too)
     timestamp_s: float  # the source's timestamp (a file's position; a live frame's arrival since the start)
-    image: np.ndarray  # uint8 (H, W, 3), RGB
+    image: np.ndarray | None  # uint8 (H, W, 3), RGB; None for a frame that was skipped (`error` says why)
     read_at: float  # time.perf_counter() when it was decoded, for latency
+    error: str | None = None
 
 
 class FrameReader:
     """The frames of one source, as the module docstring says; `dropped`, `corrupt` and `reconnects` count
-    what did not reach the caller. Use as a context manager; `stop()` ends the iteration early."""
+    what did not reach the caller (`failed`: the first skipped frames' numbers). With `failures`, a file's
+    skipped frames are handed on too, each with its `error`. Use as a context manager; `stop()` ends the
+    iteration early."""
 
     def __init__(self, source: VideoSource, open_timeout_s: float = 10.0,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, failures: bool = False) -> None:
         self.source, self.cv2 = source, import_cv2()
-        self.open_timeout_s, self.max_pixels = open_timeout_s, max_pixels
+        self.open_timeout_s, self.max_pixels, self.failures = open_timeout_s, max_pixels, failures
         self.dropped = self.corrupt = self.reconnects = self.read = 0
+        self.failed: list[int] = []
         self.truncated = self.stalled_at_close = False
+        self.cut_after: int | None = None  # a truncated file's last frame that decoded
         self._fps = 30.0
         self._stop = threading.Event()
         self._cap = None  # a file's capture; a live source's belongs to its thread (_live_cap)
@@ -147,22 +155,25 @@ class FrameReader:
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def _skip(self, reason: str) -> None:
+    def _skip(self, reason: str, index: int | None = None) -> list[Frame]:
         """Count a frame that is not handed on, with a line at the 1st, 10th, 100th... (the status line has the
-        count)."""
+        count); for a file's frame `index` with `failures`, [the Frame that says so]."""
         with self._cond:
             self.corrupt += 1
             n = self.corrupt
+            if index is not None and len(self.failed) < FIRST_FAILED:
+                self.failed.append(index)
         if str(n).strip("0") == "1":
-            logger.warning(f"{self.source.uri}: skipped {reason} ({n} frame{'s' if n > 1 else ''} skipped so far)")
+            logger.warning(f"{self.source.uri}: skipped {'' if index is None else f'frame {index}: '}{reason} "
+                           f"({n} frame{'s' if n > 1 else ''} skipped so far)")
+        return [Frame(index, index / self.fps, None, time.perf_counter(), reason)] \
+            if index is not None and self.failures else []
 
-    def _usable(self, bgr: np.ndarray) -> bool:
-        """Whether a decoded frame is within the pixel limit; one that is not is skipped and counted."""
+    def _oversized(self, bgr: np.ndarray) -> str | None:
+        """Why a decoded frame is skipped (over the pixel limit), or None when it is within it."""
         h, w = bgr.shape[:2]
-        if self.max_pixels is None or w * h <= self.max_pixels:
-            return True
-        self._skip(f"a {w}x{h} frame, over the limit of {pixel_limit(self.max_pixels)}")
-        return False
+        over = self.max_pixels is not None and w * h > self.max_pixels
+        return f"a {w}x{h} frame, over the limit of {pixel_limit(self.max_pixels)}" if over else None
 
     def _rgb(self, bgr: np.ndarray) -> np.ndarray:
         return self.cv2.cvtColor(bgr, self.cv2.COLOR_BGR2RGB) if bgr.ndim == 3 else np.repeat(bgr[:, :, None], 3, 2)
@@ -180,30 +191,33 @@ class FrameReader:
                 bad, index = bad + 1, index + 1
                 continue
             if bad:  # a good frame after a run: the run was corrupt frames, not the end
-                self._skip_run(bad)
+                yield from self._skip_run(index - bad, bad)
                 bad = 0
             i, index = index, index + 1
-            if not self._usable(bgr):
+            why = self._oversized(bgr)
+            if why:
+                yield from self._skip(why, i)
                 continue
             t = cap.get(self.cv2.CAP_PROP_POS_MSEC) / 1000.0
             self.read += 1
             yield Frame(i, t if t > 0 or i == 0 else i / self.fps, self._rgb(bgr), time.perf_counter())
         if not self._stop.is_set():  # stopped mid-run, the run says nothing of the file's end
-            self._end_of_file(index, total, bad)
+            yield from self._end_of_file(index, total, bad)
 
-    def _skip_run(self, n: int) -> None:
-        for _ in range(n):
-            self._skip("a frame that does not decode")
+    def _skip_run(self, first: int, n: int) -> Iterator[Frame]:
+        for i in range(first, first + n):
+            yield from self._skip("does not decode", i)
 
-    def _end_of_file(self, index: int, total: int | None, bad: int) -> None:
+    def _end_of_file(self, index: int, total: int | None, bad: int) -> Iterator[Frame]:
         """Failures that run to the end: within the frames the header lists they are counted (the file is cut
         short or corrupt to its end); past them, or without a count, they are only the end of the file."""
         listed = min(bad, max(0, (total or 0) - (index - bad)))
         if listed:
-            self._skip_run(listed)
-            self.truncated = True
+            self.truncated, self.cut_after = True, index - bad - 1
             logger.warning(f"{self.source.uri}: nothing decodes after frame {index - bad - 1} of the {total} its "
-                           f"header lists: the file is truncated, or corrupt to its end ({listed} frames counted)")
+                           f"header lists: the file is truncated, or corrupt from there (frames {index - bad} to "
+                           f"{index - bad + listed - 1} counted)")
+            yield from self._skip_run(index - bad, listed)
 
     def _grab_live(self, cap) -> None:
         """The grabbing thread: reads, reconnects and finally releases `cap`, which no other thread touches."""
@@ -221,10 +235,9 @@ class FrameReader:
             ok, bgr = self._live_cap.read() if self._live_cap is not None else (False, None)
             if self._stop.is_set():
                 break
-            if ok and bgr is None:  # a part the MJPEG reader skipped, before decoding it
-                self._skip(self._live_cap.skip_reason)
-                continue
-            if ok and not self._usable(bgr):
+            why = (self._live_cap.skip_reason if bgr is None else self._oversized(bgr)) if ok else None
+            if why:  # a part the MJPEG reader skipped before decoding it, or a frame over the limit
+                self._skip(why)
                 continue
             if not ok:
                 logger.warning(f"{self.source.uri}: no frame; reconnecting in {wait:g} s")
@@ -241,8 +254,7 @@ class FrameReader:
                 continue
             wait = BACKOFF_S[0]
             now = time.perf_counter()
-            frame = Frame(index, now - start, self._rgb(bgr), now)
-            index += 1
+            frame, index = Frame(index, now - start, self._rgb(bgr), now), index + 1
             with self._cond:
                 self.read += 1
                 if self._latest is not None:

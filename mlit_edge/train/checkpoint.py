@@ -15,8 +15,8 @@ from torch import nn
 
 from .. import __version__
 from ..model.config import MAEConfig, MLiTConfig
-from ..runtime.messages import first_line
-from .weights_file import checkpoint_fields, is_safetensors
+from ..runtime.messages import first_line, not_a_file, printable
+from .weights_file import checkpoint_fields, header_problem, is_safetensors
 
 FORMAT = "mlit-edge-checkpoint"
 FORMAT_VERSION = 1
@@ -104,33 +104,34 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
     if content is None:
         path, content = read_bytes(path)
     path = Path(path)
-    bomb = _declared_size_problem(content)
-    if bomb:
-        raise CheckpointError(f"refused {path}: {bomb}")
-    if is_safetensors(content):  # a weights pair (model.safetensors + config.json): no pickle, no torch.load
+    if is_safetensors(content, path):  # a weights pair (model.safetensors + config.json): no pickle, no torch.load
         ckpt = _from_weights(path, content)
     else:
+        bomb = _declared_size_problem(content)
+        if bomb:
+            raise CheckpointError(f"refused {printable(path)}: {bomb}")
         try:
             ckpt = torch.load(io.BytesIO(content), map_location=map_location, weights_only=True)
         except Exception as e:  # foreign files fail in many ways (UnpicklingError, RuntimeError, KeyError, ...)
             first = first_line(e)
-            raise CheckpointError(f"refused {path}: not a safe mlit-edge checkpoint (weights-only load failed: "
+            raise CheckpointError(f"refused {printable(path)}: not a safe mlit-edge checkpoint (weights-only load failed: "
                                   f"{type(e).__name__}: {first[:200]})") from None
+    name = printable(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"refused {path}: not an mlit-edge checkpoint (no '{FORMAT}' marker)")
+        raise CheckpointError(f"refused {name}: not an mlit-edge checkpoint (no '{FORMAT}' marker)")
     if not isinstance(ckpt.get("format_version"), int) or ckpt["format_version"] > FORMAT_VERSION:
-        raise CheckpointError(f"{path} was written by a newer mlit-edge ({ckpt.get('mlit_edge_version')}); upgrade")
+        raise CheckpointError(f"{name} was written by a newer mlit-edge ({ckpt.get('mlit_edge_version')}); upgrade")
     problem = _structure_problem(ckpt)
     if problem:
-        raise CheckpointError(f"refused {path}: {problem}; it was not written by mlit-edge train (or was edited)")
+        raise CheckpointError(f"refused {name}: {problem}; it was not written by mlit-edge train (or was edited)")
     if kind is not None and ckpt.get("kind") != kind:
         want = {"mlit": "a supervised mLiT", "mmlit": "an mmLiT pre-training"}[kind]
-        raise CheckpointError(f"{path} holds a {describe_checkpoint(ckpt)}, but {want} checkpoint is needed")
+        raise CheckpointError(f"{name} holds a {describe_checkpoint(ckpt)}, but {want} checkpoint is needed")
     try:
         config_from_dict(ckpt["kind"], ckpt["config"])
     except (TypeError, ValueError, KeyError) as e:
         msg = str(e.args[0] if isinstance(e, KeyError) else e)
-        raise CheckpointError(f"refused {path}: its config is invalid ({msg})") from None
+        raise CheckpointError(f"refused {name}: its config is invalid ({msg})") from None
     return ckpt
 
 
@@ -139,6 +140,9 @@ def _from_weights(path: Path, content: bytes) -> dict:
     checked against the sha256 its index records, as its weights were), for the checks every checkpoint gets."""
     from .pretrained import shipped_config
 
+    problem = header_problem(content)  # before its config is looked for: the file itself is what is wrong
+    if problem:
+        raise CheckpointError(f"refused {printable(path)}: not a readable safetensors file ({problem})")
     fields = checkpoint_fields(path, content, shipped_config(path, content))
     return {"format": FORMAT, "format_version": FORMAT_VERSION, **fields}
 
@@ -207,9 +211,9 @@ def read_bytes(path: str | Path) -> tuple[Path, bytes]:
     if is_pretrained(path):
         return read_pretrained(path)
     file = Path(path)
-    if not file.is_file():  # a FIFO or a device would block the read or never end
-        raise CheckpointError(f"checkpoint {file} " + ("is not a regular file (a folder, FIFO or device)"
-                                                        if file.exists() else "does not exist"))
+    kind = not_a_file(file)  # a FIFO or a device would block the read or never end
+    if kind:
+        raise CheckpointError(f"checkpoint {printable(file)} {kind}")
     return file, file.read_bytes()
 
 
@@ -217,18 +221,55 @@ def describe_checkpoint(ckpt: dict) -> str:
     """e.g. 'mlit-xxs trained on mnist5k (10 classes)'."""
     size = ckpt.get("size") or "custom"
     data = ckpt.get("data", {})
-    return f"{ckpt.get('kind')}-{size} model trained on {data.get('name', '?')} ({len(data.get('classes', []))} classes)"
+    # kind, size and dataset name are the file's own words (a config.json's `size` may hold escape codes)
+    return printable(f"{ckpt.get('kind')}-{size} model trained on {data.get('name', '?')} "
+                     f"({len(data.get('classes', []))} classes)")
 
 
-def model_from_checkpoint(ckpt: dict) -> nn.Module:
-    """Rebuild the model a checkpoint describes and load its weights strictly."""
+def _names(keys: list, shown: int = 3) -> str:
+    """A few tensor names, each quoted with repr (a key may hold escape codes), and how many more."""
+    names = ", ".join(printable(repr(str(k))) for k in keys[:shown])
+    return names + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+def fit_problem(ckpt: dict, model: nn.Module) -> str | None:
+    """Why the tensors of a checkpoint that `load_checkpoint` accepted do not fit the model its config builds
+    (None when they do)."""
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    have = {k: tuple(v.shape) for k, v in ckpt["model"].items()}
+    missing, extra = [k for k in want if k not in have], sorted(str(k) for k in have if k not in want)
+    shapes = [k for k in want if k in have and want[k] != have[k]]
+    parts = ([f"{len(missing)} missing ({_names(missing)})"] if missing else []) + \
+            ([f"{len(extra)} that its config has no place for ({_names(extra)})"] if extra else []) + \
+            [f"{printable(repr(k))} is {'x'.join(map(str, have[k])) or 'a scalar'} where its config makes "
+             f"{'x'.join(map(str, want[k])) or 'a scalar'}" for k in shapes[:3]]
+    return "its tensors do not fit its config: " + "; ".join(parts) if parts else None
+
+
+def model_from_checkpoint(ckpt: dict, source: str | Path | None = None) -> nn.Module:
+    """Rebuild the model a checkpoint describes and load its weights strictly; a CheckpointError in one line
+    (naming `source`, the checkpoint's path, when given) where they do not fit (`fit_problem`)."""
     from ..model.mae import MMLiT
     from ..model.mlit import MLiT
 
     cfg = config_from_dict(ckpt["kind"], ckpt["config"])
     model = MLiT(cfg) if ckpt["kind"] == "mlit" else MMLiT(cfg)
+    problem = fit_problem(ckpt, model)
+    if problem:
+        raise CheckpointError(f"refused {printable(source) if source is not None else 'the checkpoint'}: {problem}")
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint weights do not match its own config: {first_line(e)}") from None
     return model
+
+
+def checked_model(ckpt: dict, source: str | Path) -> nn.Module:
+    """`model_from_checkpoint` once the classes fit the head too: what eval runs and export-weights publishes,
+    so that both refuse a checkpoint in the same words (a classifier whose head has another number of
+    outputs than data.classes names would label its predictions wrongly)."""
+    classes, outputs = len(ckpt["data"]["classes"]), ckpt["config"].get("num_classes")
+    if ckpt["kind"] == "mlit" and outputs != classes:
+        raise CheckpointError(f"refused {printable(source)}: its config's head has {printable(outputs)} outputs "
+                              f"(num_classes) but data.classes names {classes} classes")
+    return model_from_checkpoint(ckpt, source)

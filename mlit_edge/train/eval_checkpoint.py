@@ -1,7 +1,8 @@
 """`mlit-edge eval`: a checkpoint's top-1, loss and per-layer expert shares on a dataset split."""
 from __future__ import annotations
 
-from .checkpoint import describe_checkpoint, load_checkpoint, model_from_checkpoint
+from ..runtime.messages import printable
+from .checkpoint import checked_model, describe_checkpoint, load_checkpoint
 from .data import Loader, load_dataset
 from .device import resolve_device
 from .loop import RoutingStats, evaluate, noise_scale_at, set_noise_scale
@@ -11,12 +12,13 @@ def evaluate_checkpoint(path: str, data: str | None = None, data_root: str = "da
                         batch_size: int = 256, device: str = "auto") -> dict:
     """Evaluate a supervised (or fine-tuned) mLiT checkpoint; `data` defaults to its own dataset."""
     ckpt = load_checkpoint(path, kind="mlit")
+    model = checked_model(ckpt, path)  # before the data: export-weights refuses a pair in these words
     dev = resolve_device(device)
     ds = load_dataset(data or ckpt["data"]["name"].removeprefix("imagefolder:"), split, data_root)
     if len(ds.classes) != len(ckpt["data"]["classes"]):
         raise ValueError(f"{ds.name} has {len(ds.classes)} classes but the model was trained on "
                          f"{len(ckpt['data']['classes'])}")
-    model = model_from_checkpoint(ckpt).to(dev).eval()
+    model = model.to(dev).eval()
     set_noise_scale(model, noise_scale_at(1, 1, model.cfg.noise_schedule))  # the noise training ended with
     counter = RoutingStats(model.cfg.experts_per_layer())
     metrics = evaluate(model, Loader(ds, batch_size, train=False, device=dev), counter=counter)
@@ -36,4 +38,4 @@ def format_evaluation(result: dict) -> str:
         ratio = "-" if r["gap_noise"][i] is None else f"{r['gap_noise'][i]:.2f}"
         lines.append(f"  layer {i}: " + " ".join(f"{v:.2f}" for v in shares).ljust(30)
                      + f" | {r['entropy'][i]:.3f} | {r['agreement'][i]:.3f} | {ratio}")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # the model and dataset names are the checkpoint's own words

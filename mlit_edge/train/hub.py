@@ -15,7 +15,7 @@ def load_pretrained(spec: str | Path) -> nn.Module:
     """The model of a shipped `pretrained:NAME` (or NAME): an MLiT classifier, or an MMLiT auto-encoder,
     in eval mode, once its file's sha256 matches the index."""
     name = spec_name(spec)
-    return model_from_checkpoint(load_checkpoint(PREFIX + name)).eval()
+    return model_from_checkpoint(load_checkpoint(PREFIX + name), PREFIX + name).eval()
 
 
 def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.Module:

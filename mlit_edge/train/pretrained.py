@@ -11,9 +11,9 @@ changed file is refused in one line. Maintainers add one with
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
+from ..runtime.textfile import METADATA_BYTES, read_bytes, read_json
 from .weights_file import CONFIG_FILE, read_config
 
 PREFIX = "pretrained:"
@@ -34,7 +34,7 @@ class PretrainedError(ValueError):
 
 def index() -> dict[str, dict]:
     """Every shipped pretrained model by name (an empty dict when none ships)."""
-    return json.loads(INDEX.read_text())["models"] if INDEX.is_file() else {}
+    return read_json(INDEX, "pretrained index", hint="reinstall mlit-edge")["models"] if INDEX.is_file() else {}
 
 
 def is_pretrained(spec: str | Path) -> bool:
@@ -64,10 +64,11 @@ def entry_of(spec: str | Path) -> dict:
     return models[name]
 
 
-def _checked(spec: str | Path, path: Path, sha256: str) -> bytes:
-    """The bytes of one file of a pretrained model, once their sha256 matches the recorded one."""
+def _checked(spec: str | Path, path: Path, sha256: str, limit: int | None = None) -> bytes:
+    """The bytes of one file of a pretrained model, once their sha256 matches the recorded one (and, with
+    `limit`, once they are at most that many: a config, where the weights have no such bound)."""
     try:
-        content = path.read_bytes()
+        content = path.read_bytes() if limit is None else read_bytes(path, CONFIG_FILE, limit)
     except OSError as e:
         raise PretrainedError(f"{spec}: cannot read {path} ({e.strerror or e}); reinstall mlit-edge") from None
     if hashlib.sha256(content).hexdigest() != sha256:
@@ -82,7 +83,7 @@ def read_pretrained(spec: str | Path) -> tuple[Path, bytes]:
     entry = entry_of(spec)
     path = WEIGHTS / entry["file"]
     content = _checked(spec, path, entry["sha256"])
-    _checked(spec, path.parent / CONFIG_FILE, entry["config_sha256"])
+    _checked(spec, path.parent / CONFIG_FILE, entry["config_sha256"], METADATA_BYTES)
     return path, content
 
 
@@ -94,8 +95,8 @@ def shipped_config(weights: Path, content: bytes) -> bytes:
             if hashlib.sha256(content).hexdigest() != entry["sha256"]:
                 raise PretrainedError(f"{PREFIX}{name}: {weights} does not match its recorded sha256 (the file "
                                       "was changed or damaged); reinstall mlit-edge")
-            return _checked(PREFIX + name, Path(weights).parent / CONFIG_FILE, entry["config_sha256"])
-    return read_config(Path(weights))
+            return _checked(PREFIX + name, Path(weights).parent / CONFIG_FILE, entry["config_sha256"], METADATA_BYTES)
+    return read_config(Path(weights), content)
 
 
 def describe_spec(spec: str | Path) -> str:

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from ..runtime.textfile import LOG_BYTES, read_text
 from . import checkpoint as ck
 from .data import ImageSet, describe_subset
 
@@ -72,7 +73,7 @@ def rewrite_log(path: Path, keep_below_epoch: int) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in read_text(path, "metrics log", LOG_BYTES, errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:

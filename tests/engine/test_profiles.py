@@ -120,7 +120,8 @@ class _FakeTRT:
             def parse_from_file(self, path): return True
 
         self.Builder, self.OnnxParser = Builder, Parser
-        self.Logger = type("Logger", (), {"ERROR": 1, "__init__": lambda self, s: None})
+        # ILogger with NvInferRuntimeBase.h's severities: engine.plan subclasses it to escape what it prints
+        self.ILogger = type("ILogger", (), {"INTERNAL_ERROR": 0, "ERROR": 1, "WARNING": 2, "__init__": lambda self: None})
         self.Dims = list
 
     def _layer(self, name, kind, dtype):

@@ -240,7 +240,7 @@ def test_plans_deepstream_cannot_load_or_read_are_refused_in_one_line(tiny_onnx,
     assert r.returncode == 1 and "TensorRT-RTX plan" in r.stderr and build in r.stderr
     for fields, words in [({"classes": ["a;b"] + [str(i) for i in range(9)]}, "holds ';'"),
                           ({"runtime": "onnxruntime"}, "onnxruntime"),
-                          ({"classes": [str(i) for i in range(11)]}, "11 labels for 10 classes"),
+                          ({"classes": [str(i) for i in range(11)]}, "classes lists 11 names, but the model"),
                           ({"input": {"name": "pixels", "convention": "pixels"}}, "does not belong to this graph")]:
         art = resigned_copy(tiny_onnx, tmp_path / words[:4].strip() / "m.onnx", **fields)
         r = cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
@@ -289,7 +289,8 @@ def test_secondary_options_reach_both_files_and_bad_ones_are_one_line(tiny_onnx,
     for args, words in [(["--operate-on-gie-id", "0"], "1 to"), (["--operate-on-class-ids", "0;-1"], "integers >= 0"),
                         (["--operate-on-class-ids", ";".join(map(str, range(50)))], "126 characters"),
                         (["--min-object-size", "8x64"], "under 16x16"), (["--min-object-size", "64"], "WIDTHxHEIGHT"),
-                        (["--secondary-batch", "0"], "1 to 1024"), (["--primary-config", " p.txt"], "outer spaces")]:
+                        (["--secondary-batch", "0"], "1 to 1024"),
+                        (["--primary-config", " p.txt"], "ends with a space")]:
         r = cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--secondary", *args, check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "bad").exists()

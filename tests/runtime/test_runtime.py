@@ -119,11 +119,11 @@ def test_bad_input_is_a_clear_error_and_the_classifier_survives(model_onnx, tmp_
     text = tmp_path / "notes.png"
     text.write_text("this is not an image\n")
     with Classifier.load(model_onnx) as clf:
-        cases = [([corrupt], "corrupt image"), ([text], "not an image file"), ([tmp_path / "nope.png"], "no such file"),
+        cases = [([corrupt], "corrupt image"), ([text], "not an image file"), ([tmp_path / "nope.png"], "does not exist"),
                  ([], "empty batch"), (np.zeros((0, 36, 36, 3), np.uint8), "empty batch"),
                  (np.full((36, 36, 3), np.nan, np.float32), "contains NaN"),
                  ([np.zeros((36, 36, 3), np.int64)], "dtype int64"),
-                 ([np.zeros((36, 36, 5), np.uint8)], "shape (36, 36, 5)"), (["ok.png", 3], "no such file")]
+                 ([np.zeros((36, 36, 5), np.uint8)], "shape (36, 36, 5)"), (["ok.png", 3], "does not exist")]
         for images, words in cases:
             with pytest.raises(InputError, match=None) as err:
                 clf.predict(images)

@@ -156,6 +156,14 @@ class Logger:
             print(f"[TensorRT stand-in] {msg}", file=sys.stderr)
 
 
+class ILogger:
+    """The logger base a Python logger subclasses (pyCore.cpp's PyLogger): engine.plan's escapes what it prints."""
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = range(5)
+
+    def __init__(self):
+        pass
+
+
 class Tensor:
     def __init__(self, name, dtype, shape):
         _set(self, name=name, dtype=dtype, shape=tuple(shape))
@@ -435,7 +443,7 @@ class StandIn:
                 "ICudaEngine": Engine, "IExecutionContext": Context, "INetworkDefinition": Network,
                 "ILayer": Layer, "ITensor": Tensor, "IOptimizationProfile": OptimizationProfile,
                 "ITimingCache": TimingCache, "IHostMemory": HostMemory, "EngineInspector": EngineInspector,
-                "Logger": Logger, "IInt8EntropyCalibrator2": Bound}
+                "Logger": Logger, "ILogger": ILogger, "IInt8EntropyCalibrator2": Bound}
 
     # ------------------------------------------------------------------------------------------ parsing
     def parse(self, network, model: bytes) -> list[str]:
