@@ -153,24 +153,40 @@ def test_the_data_ships_with_the_package():
     assert proc.returncode == 1, "engine/data is git-ignored: the generated files would not be committed"
 
 
-def test_the_module_is_python_38_syntax():
+# (version, op or (class, member)) -> the answer on this Python: both answers present, so that a module that always
+# says False (or True) under 3.8 cannot pass
+PY38_QUERIES = [("op", "8.5", "LayerNormalization", False), ("op", "10.0", "LayerNormalization", True),
+                ("op", "8.5", "Relu", True), ("api", "8.6", ("NetworkDefinitionCreationFlag", "STRONGLY_TYPED"), False),
+                ("api", "10.3", ("NetworkDefinitionCreationFlag", "STRONGLY_TYPED"), True)]
+
+
+def test_the_module_is_python_38_syntax(monkeypatch):
     """JetPack 5's python3 is 3.8: the module must parse (and, where a 3.8 is here, run) there."""
     path = Path(trt_sources.__file__)
     ast.parse(path.read_text(), feature_version=(3, 8))
+    for kind, version, name, want in PY38_QUERIES:  # the answers the 3.8 run must give, held on this Python too
+        got = op_table(version).supported(name) if kind == "op" else api_names(version).has(*name)
+        assert got is want, (kind, version, name, got)
     from tools.fetch_test_deps import find_python38  # MLIT_PYTHON38, `python3.8` on PATH or pyenv's 3.8.x
 
-    py38 = os.environ.get("PYTHON38") or find_python38()
+    if os.environ.get("PYTHON38") and not os.environ.get("MLIT_PYTHON38"):  # the name this test once read
+        monkeypatch.setenv("MLIT_PYTHON38", os.environ["PYTHON38"])
+    py38 = find_python38()  # one that runs and is 3.8: a pyenv shim without a 3.8 behind it, or another Python, is not
     if py38 is None:
-        pytest.skip("no Python 3.8 interpreter here (PYTHON38=/path/to/python3.8 names one): the module was only "
+        pytest.skip("no Python 3.8 interpreter here (MLIT_PYTHON38=/path/to/python3.8 names one): the module was only "
                     "parsed with feature_version=(3, 8), not run")
-    code = ("import importlib.util as u; s = u.spec_from_file_location('t', %r); m = u.module_from_spec(s); "
-            "s.loader.exec_module(m); print(m.op_table('8.5').supported('LayerNormalization'), "
-            "m.api_names('8.6').has('NetworkDefinitionCreationFlag', 'STRONGLY_TYPED'))" % str(path))
+    code = textwrap.dedent(f"""
+        import importlib.util as u, json, sys
+        s = u.spec_from_file_location("t", {str(path)!r}); m = u.module_from_spec(s); s.loader.exec_module(m)
+        answers = [m.op_table(v).supported(n) if k == "op" else m.api_names(v).has(*n)
+                   for k, v, n, _ in {PY38_QUERIES!r}]
+        print(json.dumps({{"python": list(sys.version_info[:2]), "answers": answers}}))
+    """)
     proc = subprocess.run([py38, "-c", code], capture_output=True, text=True, timeout=60)
-    if proc.returncode == 127:
-        pytest.skip(f"{py38} is a shim without a 3.8 behind it (PYTHON38=/path/to/python3.8 to run this)")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["False", "False"]
+    out = json.loads(proc.stdout)
+    assert out["python"] == [3, 8], (py38, out)
+    assert out["answers"] == [want for *_, want in PY38_QUERIES], out
 
 
 @pytest.mark.skipif(not (os.environ.get("TRT_SOURCES_TENSORRT") and os.environ.get("TRT_SOURCES_ONNX_TENSORRT")),

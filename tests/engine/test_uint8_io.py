@@ -97,15 +97,28 @@ def test_check_fails_a_uint8_to_int32_cast_that_tensorrt_rtx_builds(tmp_path):
     from onnx import TensorProto as T
 
     from mlit_edge.engine.check import check
+    from mlit_edge.runtime.trt_env import import_trt
+
+    trt = import_trt()  # what `check` builds with: None where no TensorRT imports, and then it must say so
+
+    def built(rep, layers):
+        """The real parse and build ran with the installed TensorRT and succeeded, or, without one, was skipped
+        with the line that says so: never silently neither."""
+        if trt is None:
+            assert rep.build is None and any("no tensorrt / tensorrt_rtx installed" in n for n in rep.notes), rep.notes
+            return
+        assert rep.build is not None, ("a TensorRT imports here but check did not build", rep.notes)
+        assert rep.build["ok"], rep.build
+        assert rep.build["module"] == trt.__name__ and rep.build["layers"] == layers, rep.build
+        assert [i["dtype"] for i in rep.build["io"]["inputs"]] == ["uint8"], rep.build["io"]
 
     path = tmp_path / "g.onnx"
     _graph([_cast("pixels", "a", T.INT32), _cast("a", "y", T.FLOAT)], path=path)
     rep = check(path)
-    assert not rep.ok and any("Cast to FLOAT or FLOAT16" in p for p in rep.problems)
-    if rep.build is not None:  # TensorRT-RTX installed: it parses and builds what JetPack's refuses
-        assert rep.build["ok"], rep.build
+    assert not rep.ok and any("Cast to FLOAT or FLOAT16" in p for p in rep.problems), rep.problems
+    built(rep, 2)  # TensorRT-RTX parses and builds what JetPack's TensorRT refuses: the FAIL is the rule's
     ok = tmp_path / "ok.onnx"
     _graph([_cast("pixels", "y", T.FLOAT)], path=ok)
     rep = check(ok)
-    assert rep.ok and not rep.problems
-    assert rep.build is None or rep.build["ok"]
+    assert rep.ok and not rep.problems, rep.problems
+    built(rep, 1)

@@ -153,13 +153,37 @@ def test_missing_tampered_or_mismatched_sidecar_is_refused(model_onnx, tmp_path)
     sidecar_path(art).write_text(json.dumps(record))
     with pytest.raises(ValueError, match="lacks"):
         Classifier.load(art)
-    plan = tmp_path / "m.plan"  # an engine built for a Jetson Orin with another TensorRT
+    # an engine built for a Jetson Orin with another TensorRT than this machine's: refused for that reason, whether
+    # or not this machine has a GPU (a refusal for "no CUDA GPU" alone would not show the version is checked)
+    from mlit_edge.runtime.trt_env import EngineError, local_env
+
+    here = local_env("tensorrt")
+    other = "8.5.2.2" if here.trt_version == "10.3.0" else "10.3.0"
+    have = f"tensorrt {here.trt_version}" if here.trt_module else "no TensorRT"
+    plan = tmp_path / "m.plan"
     write_plan(b"engine", plan, {"kind": "tensorrt-engine", "target": "tensorrt", "precision": "fp16",
                                  "classes": ["a"], "preprocess": {"mean": [0] * 3, "std": [1] * 3},
-                                 "engine": {"builder": {"module": "tensorrt", "version": "10.3.0"},
+                                 "engine": {"builder": {"module": "tensorrt", "version": other},
                                             "device": {"gpu_name": "Orin", "compute_capability": "8.7"}}})
-    with pytest.raises(RuntimeError, match="rebuild it here|no CUDA GPU"):
+    with pytest.raises(EngineError) as refused:
         Classifier.load(plan)
+    assert f"m.plan was built with tensorrt {other}; this machine has {have}" in str(refused.value), refused.value
+    assert "rebuild it here: mlit-edge build --onnx" in str(refused.value), refused.value
+    # the same engine from this machine's own TensorRT, where one imports: now the GPU it was built for decides
+    target = next((t for t in ("tensorrt", "tensorrt-rtx") if local_env(t).trt_module), None)
+    if target is None:
+        return
+    here = local_env(target)
+    if here.compute_capability == "8.7":  # an Orin itself: the module check (tests/engine/test_profiles.py) decides
+        return
+    write_plan(b"engine", plan, {"kind": "tensorrt-engine", "target": target, "precision": "fp16",
+                                 "classes": ["a"], "preprocess": {"mean": [0] * 3, "std": [1] * 3},
+                                 "engine": {"builder": {"module": here.trt_module, "version": here.trt_version},
+                                            "device": {"gpu_name": "Orin", "compute_capability": "8.7"}}})
+    with pytest.raises(EngineError) as refused:
+        Classifier.load(plan)
+    want = "no CUDA GPU on this machine" if here.compute_capability is None else "was built for Orin (sm_87)"
+    assert want in str(refused.value), refused.value
 
 
 def test_predict_cli_reports_bad_files_and_classifies_the_rest(model_onnx, tmp_path):
