@@ -168,15 +168,15 @@ def check_cuda_graph(size: str, iters: int, torch) -> tuple[bool, str]:
 def check_runner_cuda(iters: int) -> tuple[bool, str]:
     import numpy as np
 
-    from mlit_edge.runtime.trt_runner import _ck, _cudart
+    from mlit_edge.runtime.trt_runner import cuda_check, get_cudart
 
-    cudart = _cudart()
+    cudart = get_cudart()
     n = 64 * 3 * 36 * 36  # one batch of 64 model inputs, float32
     nbytes = n * 4
-    stream = _ck(cudart.cudaStreamCreate())
-    start, stop = _ck(cudart.cudaEventCreate()), _ck(cudart.cudaEventCreate())
-    src_h, dst_h = _ck(cudart.cudaMallocHost(nbytes)), _ck(cudart.cudaMallocHost(nbytes))
-    dev = _ck(cudart.cudaMalloc(nbytes))
+    stream = cuda_check(cudart.cudaStreamCreate())
+    start, stop = cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate())
+    src_h, dst_h = cuda_check(cudart.cudaMallocHost(nbytes)), cuda_check(cudart.cudaMallocHost(nbytes))
+    dev = cuda_check(cudart.cudaMalloc(nbytes))
     graph_exec = None
     try:
         src = np.frombuffer(memoryview((ctypes.c_byte * nbytes).from_address(src_h)), np.float32)
@@ -184,20 +184,20 @@ def check_runner_cuda(iters: int) -> tuple[bool, str]:
         src[:] = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
         dst[:] = 0
         h2d, d2h = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        _ck(cudart.cudaStreamBeginCapture(stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
-        _ck(cudart.cudaMemcpyAsync(dev, src_h, nbytes, h2d, stream))
-        _ck(cudart.cudaMemcpyAsync(dst_h, dev, nbytes, d2h, stream))
-        graph = _ck(cudart.cudaStreamEndCapture(stream))
+        cuda_check(cudart.cudaStreamBeginCapture(stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        cuda_check(cudart.cudaMemcpyAsync(dev, src_h, nbytes, h2d, stream))
+        cuda_check(cudart.cudaMemcpyAsync(dst_h, dev, nbytes, d2h, stream))
+        graph = cuda_check(cudart.cudaStreamEndCapture(stream))
         # the one instantiation signature every pinned cuda-python shares (runtime/trt_runner.py says why)
-        graph_exec = _ck(cudart.cudaGraphInstantiateWithFlags(graph, 0))
-        _ck(cudart.cudaGraphDestroy(graph))
+        graph_exec = cuda_check(cudart.cudaGraphInstantiateWithFlags(graph, 0))
+        cuda_check(cudart.cudaGraphDestroy(graph))
         times = []
         for _ in range(iters):
-            _ck(cudart.cudaEventRecord(start, stream))
-            _ck(cudart.cudaGraphLaunch(graph_exec, stream))
-            _ck(cudart.cudaEventRecord(stop, stream))
-            _ck(cudart.cudaStreamSynchronize(stream))
-            times.append(float(_ck(cudart.cudaEventElapsedTime(start, stop))))
+            cuda_check(cudart.cudaEventRecord(start, stream))
+            cuda_check(cudart.cudaGraphLaunch(graph_exec, stream))
+            cuda_check(cudart.cudaEventRecord(stop, stream))
+            cuda_check(cudart.cudaStreamSynchronize(stream))
+            times.append(float(cuda_check(cudart.cudaEventElapsedTime(start, stop))))
         same = bool(np.array_equal(src, dst))
         ms = statistics.median(times)
         return same, f"pinned {nbytes / 2**20:.1f} MiB H2D+D2H as a graph: {ms:.3f} ms " \

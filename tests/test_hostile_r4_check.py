@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from mlit_edge.engine.check import Report, check, format_report  # noqa: E402
+from mlit_edge.engine.check import CheckReport, check, format_report  # noqa: E402
 from tests.hostile_r4_check import ESC, degenerate, graph  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def test_a_tensorrt_that_crashes_or_raises_is_a_fail_line_not_the_end_of_check(b
     path.write_bytes(graph([]).SerializeToString())
     result = build_apart(path, _fake_trt(tmp_path, "crashing_trt", body))
     assert result["ok"] is False and result["stage"] == stage and said in result["errors"][0], result
-    rep = Report(str(path), build=result)
+    rep = CheckReport(str(path), build=result)
     lines = format_report(rep).splitlines()
     assert f"  FAIL crashing_trt 0.1 {stage} failed:" in lines and lines[-1] == "NOT TensorRT-buildable"
 
@@ -72,7 +72,7 @@ def test_what_tensorrt_logs_reaches_the_terminal_escaped_a_line_each(capsys):
 
 
 def test_the_report_escapes_every_line_and_a_name_forges_none():
-    rep = Report("m\x1b[31m.onnx", opset=18, ops={f"Relu{ESC}": 1},
+    rep = CheckReport("m\x1b[31m.onnx", opset=18, ops={f"Relu{ESC}": 1},
                  problems=[f"TopK 'x{ESC}\nOK: TensorRT-buildable': K holds 2 values"])
     lines = format_report(rep).splitlines()
     assert not any("\x1b" in line or "\x07" in line for line in lines)

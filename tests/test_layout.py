@@ -1,5 +1,6 @@
 """The package's shape: folders by pipeline stage, imports only from earlier stages and the runtime,
-no import cycles, no module longer than one sitting, one place for each shared constant.
+no import cycles, no private name imported across modules, no module longer than one sitting, one place for
+each shared constant.
 
 Imports are read wherever they stand (module level and inside functions), and so are module paths
 named in strings ("mlit_edge.x.y" or "mlit_edge.x.y:function"), since an import inside a function or a
@@ -144,6 +145,44 @@ def test_the_cycle_check_sees_imports_inside_functions_and_names_in_strings(tmp_
     assert cycle_in(pkg) is not None
     (pkg / "a" / "two.py").write_text("def f():\n    return 1\n")
     assert cycle_in(pkg) is None
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """'module:line: from X import _name' for each import of another module's underscore-private name (a
+    dunder such as `__version__` is public). A name shared across modules is public, or lives where it is used."""
+    def private(n: str) -> bool:
+        return n.startswith("_") and not (n.startswith("__") and n.endswith("__"))
+
+    found = []
+    for name, path in sorted(modules(package).items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("mlit_edge")):
+                source = "." * node.level + (node.module or "")
+                found += [f"{name}:{node.lineno}: from {source} import {a.name}" for a in node.names if private(a.name)]
+            elif isinstance(node, ast.Import):  # import mlit_edge.x._y
+                found += [f"{name}:{node.lineno}: import {a.name}" for a in node.names
+                          if a.name.startswith("mlit_edge.") and any(map(private, a.name.split(".")))]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = private_imports()
+    assert not found, "private names imported across modules (make them public, or move them):\n" + "\n".join(found)
+
+
+def test_the_private_import_check_sees_relative_absolute_and_nested_imports(tmp_path):
+    pkg = tmp_path / "mlit_edge"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '1'\n")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "one.py").write_text("from .. import __version__\nfrom .two import f as _f\n_g = 1\n")
+    (pkg / "a" / "two.py").write_text("def f():\n    return 1\n")
+    assert private_imports(pkg) == []  # a dunder, and a public name kept private under an alias
+    (pkg / "a" / "two.py").write_text("def f():\n    from .one import _g\n    return _g\n")
+    (pkg / "a" / "three.py").write_text("from mlit_edge.a.one import _g\nimport mlit_edge.a._four\n")
+    assert private_imports(pkg) == ["mlit_edge.a.three:1: from mlit_edge.a.one import _g",
+                                    "mlit_edge.a.three:2: import mlit_edge.a._four",
+                                    "mlit_edge.a.two:2: from .one import _g"]
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

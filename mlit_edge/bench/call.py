@@ -42,9 +42,9 @@ class Report:
 def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optional[PathLike] = None,
           **kw: Any) -> Report:
     """Bench `artifacts`: paths, `pretrained:NAME`, or anything `os.PathLike` (the API's artifacts and models:
-    a model's path is its checkpoint). Keywords are `BenchConfig`'s, with the CLI's defaults (each artifact in
-    its own process, ONNX Runtime on the CPU); `providers` may be the CLI's "cpu,cuda"; `json` and `plot` are
-    the CLI's --json and --plot."""
+    a model's path is its checkpoint). Keywords are `BenchConfig`'s, with its defaults, which are the CLI's (each
+    artifact in its own process, ONNX Runtime on the CPU); `providers` may be the CLI's "cpu,cuda"; `json` and
+    `plot` are the CLI's --json and --plot."""
     from ..runtime.values import PathArg, check_value
     from .suite import bench_and_save
 
@@ -52,11 +52,11 @@ def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optio
     unknown = sorted(set(kw) - set(valid))
     if unknown:
         raise TypeError(f"bench: unknown keyword {', '.join(unknown)}; valid: {', '.join(valid + ['json', 'plot'])}")
-    kw.setdefault("isolate", True)  # the CLI's --isolate
-    providers = kw.get("providers", "cpu")
-    kw["providers"] = provider_names(providers) if isinstance(providers, str) else providers
-    if isinstance(kw["providers"], list):
-        kw["providers"] = tuple(kw["providers"])
+    providers = kw.get("providers")  # not given: BenchConfig's default, which the CLI's is too
+    if isinstance(providers, str):
+        kw["providers"] = provider_names(providers)
+    elif isinstance(providers, list):
+        kw["providers"] = tuple(providers)
     if kw.get("iterations") is not None:
         kw["duration_s"] = None  # exactly N calls, as the CLI's --iterations
     cfg = BenchConfig(**kw)  # every value checked, in the CLI's words, before anything is opened

@@ -19,7 +19,7 @@ FUSED_ATTENTION_MARKS = ("_gemm_mha_v2", "fmha", "mha")
 
 
 @dataclass(frozen=True)
-class Variant:
+class EngineVariant:
     """One engine of a comparison: the export options that make its graph and the DLA core it runs on."""
 
     pair: str  # the comparison it belongs to
@@ -28,13 +28,13 @@ class Variant:
     dla_core: int | None = None
 
 
-def variants(export_params: set[str], dla_cores: int, head: int) -> tuple[list[Variant], list[str]]:
+def variants(export_params: set[str], dla_cores: int, head: int) -> tuple[list[EngineVariant], list[str]]:
     """The engines to build, and one line for each comparison that cannot be made here (an export option
     this branch lacks, a head size that needs no padding, or no DLA core). `head`: the model's head size."""
     from ..runtime.mha_rules import fusable_head
 
-    out = [Variant("last layer", "every token", {"prune_last": False}),
-           Variant("last layer", "dummy token alone", {"prune_last": True})]
+    out = [EngineVariant("last layer", "every token", {"prune_last": False}),
+           EngineVariant("last layer", "dummy token alone", {"prune_last": True})]
     skipped = []
     pad = fusable_head(head)
     if "pad_to" not in export_params:
@@ -42,9 +42,11 @@ def variants(export_params: set[str], dla_cores: int, head: int) -> tuple[list[V
     elif pad == head:
         skipped.append(f"heads: skipped, head size {head} takes the fused kernel unpadded")
     else:
-        out += [Variant("heads", f"unpadded ({head})", {}), Variant("heads", f"padded to {pad}", {"pad_to": pad})]
+        out += [EngineVariant("heads", f"unpadded ({head})", {}),
+                EngineVariant("heads", f"padded to {pad}", {"pad_to": pad})]
     if dla_cores > 0:
-        out += [Variant("device", "GPU", {}), Variant("device", "DLA core 0 (GPU fallback)", {}, dla_core=0)]
+        out += [EngineVariant("device", "GPU", {}),
+                EngineVariant("device", "DLA core 0 (GPU fallback)", {}, dla_core=0)]
     else:
         skipped.append("device: skipped, this TensorRT reports no DLA core (Jetson AGX/NX Orin and Xavier have them)")
     return out, skipped

@@ -50,9 +50,9 @@ def label(path: Path) -> str:
 def graph_images(runner: Runner, record: dict, images: np.ndarray | None, path: Path) -> np.ndarray | None:
     """The bench's normalised images as this artifact's graph takes them: as they are, or a --raw-input
     graph's pixels (exactly: they were decoded from uint8). A sidecar that contradicts the graph is refused."""
-    from ..runtime.input_convention import PIXELS, check_graph, graph_convention, graph_feed
+    from ..runtime.input_convention import PIXELS, check_sidecar_input, graph_convention, graph_feed
 
-    check_graph(record, runner.input_name, path, runner.input_dtype)
+    check_sidecar_input(record, runner.input_name, path, runner.input_dtype)
     if images is None or graph_convention(runner.input_name) != PIXELS:
         return images
     pre = record.get("preprocess")

@@ -25,6 +25,12 @@ def provider_names(csv: str) -> tuple[str, ...]:
     return tuple(ORT_PROVIDERS[p] for p in names)
 
 
+def provider_csv(names: tuple[str, ...]) -> str:
+    """ONNX Runtime's provider names as `--ort-providers` writes them (`provider_names` read back)."""
+    short = {full: name for name, full in ORT_PROVIDERS.items()}
+    return ",".join(short[n] for n in names)
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """What `mlit-edge bench` was asked to measure; see the CLI's --help for each field."""
@@ -37,13 +43,14 @@ class BenchConfig:
     # past 8 per core the OpenMP runtime of torch or ONNX Runtime can fail to start them (a SIGSEGV, not an error)
     threads: int | None = arg(None, Int(1, max_threads, optional=True))
     cuda_graph: bool = arg(False, Flag())
-    providers: tuple[str, ...] | None = None
+    providers: tuple[str, ...] | None = (ORT_PROVIDERS["cpu"],)  # None: ONNX Runtime on the CPU as well
     data: str | None = arg(None, PathArg(optional=True))  # a dataset name or an ImageFolder path
     split: str = arg("test", Text())
     limit: int | None = arg(None, Int(1, optional=True))
     data_root: str = arg("data", PathArg())
     reference: str | None = arg(None, PathArg(optional=True))
-    isolate: bool = arg(False, Flag())  # each artifact in its own fresh process (clean memory figures)
+    # each artifact in its own fresh process (clean memory figures): the CLI's default and the API's
+    isolate: bool = arg(True, Flag())
     ort_arena: bool = arg(True, Flag())  # ONNX Runtime's CPU memory arena
 
     def __post_init__(self) -> None:

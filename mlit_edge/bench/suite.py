@@ -2,7 +2,7 @@
 
 The reference is opened once and run once over the evaluation images; each artifact is then benched
 by `artifact.bench_artifact` (timed batch by batch, then run over the test split with its routing
-exposed and compared with the reference). With `isolate` (the CLI's default) each artifact runs in a
+exposed and compared with the reference). With `isolate` (the default) each artifact runs in a
 fresh interpreter (`isolation`), so the memory it adds on load and holds after timing is its own.
 The report is saved once, at the end, with everything measured.
 """

@@ -7,9 +7,8 @@ import sys
 
 import click
 
-from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from ..bench.options import BenchConfig
+from ..bench.options import BenchConfig, provider_csv
 from .common import FiniteFloat, checked, default, int_list, thread_count, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
@@ -20,11 +19,12 @@ MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_defau
 @click.option("--reference", default=None, type=click.Path(dir_okay=False),
               help="PyTorch checkpoint to compare against [default: a .pt among ARTIFACTS, else the sidecar's].")
 @click.option("--data", default=None, help="Dataset name or ImageFolder path [default: the model's dataset].")
-@click.option("--split", default="test", show_default=True)
+@click.option("--split", default=default(BenchConfig, "split"), show_default=True)
 @click.option("--limit", default=None, type=checked(BenchConfig, "limit"), help="Use only the first N images.")
-@click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False))
-@click.option("--batch", "batches", default=",".join(map(str, BATCH_PROFILE)), show_default=True, callback=int_list,
-              help="Comma-separated batch sizes to time.")
+@click.option("--data-root", default=default(BenchConfig, "data_root"), show_default=True,
+              type=click.Path(file_okay=False))
+@click.option("--batch", "batches", default=",".join(map(str, default(BenchConfig, "batches"))), show_default=True,
+              callback=int_list, help="Comma-separated batch sizes to time.")
 @click.option("--warmup-ms", default=default(BenchConfig, "warmup_ms"), show_default=True,
               type=checked(BenchConfig, "warmup_ms"))
 @click.option("--warmup-iters", default=default(BenchConfig, "warmup_iters"), show_default=True,
@@ -35,13 +35,14 @@ MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_defau
               help="Time exactly N calls instead.")
 @click.option("--threads", default=None, type=thread_count(),
               help="CPU threads (ONNX Runtime, torch), at most 8 per core of this machine.")
-@click.option("--ort-providers", "providers", default="cpu", show_default=True,
+@click.option("--ort-providers", "providers", default=provider_csv(default(BenchConfig, "providers")),
+              show_default=True,
               help="ONNX Runtime execution providers in order: cpu, cuda, tensorrt (where installed).")
 @click.option("--cuda-graph", is_flag=True, help="TensorRT: replay each batch as a captured CUDA graph.")
-@click.option("--ort-arena/--no-ort-arena", default=True, show_default=True,
+@click.option("--ort-arena/--no-ort-arena", default=default(BenchConfig, "ort_arena"), show_default=True,
               help="ONNX Runtime's CPU memory arena. It keeps what the largest batch needed; --no-ort-arena "
                    "returns memory after each call, for some latency on large batches.")
-@click.option("--isolate/--in-process", default=True, show_default=True,
+@click.option("--isolate/--in-process", default=default(BenchConfig, "isolate"), show_default=True,
               help="Bench each artifact in its own fresh process, so its memory figures are its own; "
                    "--in-process is faster to start but lets later artifacts reuse memory freed by earlier ones.")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
@@ -144,6 +145,8 @@ def check_stream_batch(model_path: str, batch: int | None) -> None:
     check_batch_fits(record_config(config), batch)
 
 
+# The defaults are `runtime.stream.StreamOptions`'s, written out so that the CLI does not import the video stack
+# (OpenCV's wrappers, HTTP) on a device's every command: tests/test_cli_defaults.py holds each equal to its field's
 @click.command()
 @click.argument("source")
 @click.argument("output", required=False, type=click.Path(dir_okay=False))

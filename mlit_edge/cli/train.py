@@ -34,7 +34,10 @@ def _stacked(opts: list) -> Callable:
     return apply
 
 
-training_options = _stacked([  # shared by train, pretrain and finetune
+# shared by train, pretrain and finetune. The defaults are `train.fit.RunConfig`'s, written out because that module
+# imports torch, which the CLI never does on import (a device runs it without): tests/test_cli_defaults.py holds
+# each equal to its field's
+training_options = _stacked([
         click.option("--data", default="mnist5k", show_default=True,
                      help="mnist5k (embedded, no network), cifar10, cifar100, svhn, flowers102, or an "
                           "ImageFolder directory."),

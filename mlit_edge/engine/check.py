@@ -19,7 +19,7 @@ from ..runtime.messages import first_line, printable
 from ..runtime.profiles import DeviceProfile
 from ..runtime.trt_env import import_trt
 from .check_build import build_apart, trt_build  # noqa: F401 (trt_build: the API's)
-from .check_report import Report, format_report  # noqa: F401 (format_report: the CLI's and the tests')
+from .check_report import CheckReport, format_report  # noqa: F401 (format_report: the CLI's and the tests')
 
 DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
           "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -54,7 +54,7 @@ def nodes_per_layer(model) -> list[int]:
     return [counts[i] for i in sorted(counts)]
 
 
-def _load(path: Path, rep: Report):
+def _load(path: Path, rep: CheckReport):
     """The model at `path`, or None with the reason as a FAIL line (an empty file, bytes that are not ONNX,
     a model without a graph); a missing path is an error, not a report."""
     from ..runtime.runners import load_onnx
@@ -92,14 +92,14 @@ def _shapes(model):
     return inferred, dims, refused
 
 
-def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Report:
+def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> CheckReport:
     """Everything that needs no TensorRT. `profile`: check the ops and opset against that TensorRT's own
     operator table (`parser_checks`); without one, against TensorRT 10's opsets. A graph that is not
     well-formed ONNX (engine.malformed) gets its faults as FAIL lines and no further analysis."""
     from .malformed import constants, default_opset, malformed, unknown_ops
 
     path = Path(path)
-    rep = Report(str(path))
+    rep = CheckReport(str(path))
     model = _load(path, rep)
     if model is None:
         rep.problems += rep.malformed
@@ -156,7 +156,7 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Rep
     return rep
 
 
-def _static_shapes(rep: Report, model, inferred) -> None:
+def _static_shapes(rep: CheckReport, model, inferred) -> None:
     """FAIL lines for each input with a dynamic dimension besides the batch (naming it and its dims), and for
     the tensors whose inferred shapes are not static apart from the batch."""
     inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
@@ -181,7 +181,7 @@ def _static_shapes(rep: Report, model, inferred) -> None:
                             f"(e.g. {sorted(dynamic)[:3]})")
 
 
-def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
+def parser_checks(rep: CheckReport, model, profile: DeviceProfile) -> None:
     """The graph against the ONNX parser of the profile's TensorRT: its opset range, each op's Supported column
     and the restrictions this graph can break, from onnx-tensorrt's docs/operators.md on that release's branch
     (`trt_sources.op_table`, which says which branch). A prediction from NVIDIA's table, not a parse."""
@@ -222,7 +222,7 @@ def parser_checks(rep: Report, model, profile: DeviceProfile) -> None:
             rep.problems.append(f"TopK x{len(unsorted)}: {where} needs sorted=1 (e.g. {unsorted[0]})")
 
 
-def _sidecar_profile(path: Path, rep: Report, named: DeviceProfile | None):
+def _sidecar_profile(path: Path, rep: CheckReport, named: DeviceProfile | None):
     """The sidecar's record (empty without one) and the profile to check against: `named` (--jetpack), else
     the profile the sidecar records where its sha256 is this graph's (a note says so), else None. A profile
     the sidecar records that this mlit-edge does not know is a FAIL line."""
@@ -251,7 +251,7 @@ def _sidecar_profile(path: Path, rep: Report, named: DeviceProfile | None):
     return record, recorded
 
 
-def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = None) -> Report:
+def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = None) -> CheckReport:
     """Static checks (against `profile`'s operator table when given, else the one the graph's own sidecar
     records), plus a real TensorRT parse and build where a TensorRT module imports and the graph is
     well-formed ONNX."""
@@ -260,7 +260,7 @@ def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{printable(path)} does not exist")
-    pre = Report(str(path))
+    pre = CheckReport(str(path))
     record, profile = _sidecar_profile(path, pre, profile)
     rep = static_checks(path, profile)
     rep.problems, rep.notes = pre.problems + rep.problems, pre.notes + rep.notes

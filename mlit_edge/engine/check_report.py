@@ -1,4 +1,4 @@
-"""`mlit-edge check`'s report: what the check found (`Report`, filled by engine.check), and its text: the
+"""`mlit-edge check`'s report: what the check found (`CheckReport`, filled by engine.check), and its text: the
 graph's summary, the operator table and fusion predictions, a FAIL line per problem, the notes, the real
 build's outcome and the verdict. Each line goes through `printable` on its own: op, node and tensor names
 come from the file, and a newline or an escape code in one must neither forge a line of the report nor reach
@@ -12,7 +12,7 @@ from ..runtime.messages import printable
 
 
 @dataclass
-class Report:
+class CheckReport:
     """What `check` found: problems fail the check, notes do not."""
 
     path: str
@@ -34,7 +34,7 @@ class Report:
         return not self.problems and (self.build is None or self.build.get("ok", False))
 
 
-def format_report(rep: Report) -> str:
+def format_report(rep: CheckReport) -> str:
     """The report as `mlit-edge check` prints it, every line escaped (`printable`)."""
     lines = [f"{rep.path}: opset {rep.opset}, {sum(rep.ops.values())} nodes, "
              f"ops: {', '.join(f'{k} {v}' for k, v in sorted(rep.ops.items()))}"]

@@ -87,11 +87,11 @@ def make_calibrator(module: ModuleType, images: np.ndarray, batch: int, cache: P
     """An `IInt8EntropyCalibrator2` of the installed `module`, defined here so importing this file needs no
     TensorRT. It owns one device buffer of the static batch; `cudart`: cuda-python's runtime (the TensorRT
     runner's, runtime/trt_runner.py), injectable for tests."""
-    from ..runtime.trt_runner import _ck, _cudart
+    from ..runtime.trt_runner import cuda_check, get_cudart
 
     base = getattr(module, CALIBRATOR)
     batches = calibration_batches(images, batch)
-    rt = cudart if cudart is not None else _cudart()
+    rt = cudart if cudart is not None else get_cudart()
 
     class EntropyCalibrator(base):  # type: ignore[misc, valid-type]
         """Hands TensorRT the batches in order, then None; reads and writes the keyed cache."""
@@ -100,7 +100,7 @@ def make_calibrator(module: ModuleType, images: np.ndarray, batch: int, cache: P
             base.__init__(self)  # pybind11 trampolines need the base's own __init__ (TensorRT's samples do so)
             self.position, self.written = 0, False
             self.nbytes = batches[0].nbytes
-            self.device = _ck(rt.cudaMalloc(self.nbytes))
+            self.device = cuda_check(rt.cudaMalloc(self.nbytes))
 
         def get_batch_size(self) -> int:
             return batch
@@ -109,7 +109,7 @@ def make_calibrator(module: ModuleType, images: np.ndarray, batch: int, cache: P
             if self.position >= len(batches):
                 return None  # TensorRT's signal that calibration data is exhausted
             host = batches[self.position]
-            _ck(rt.cudaMemcpy(self.device, host.ctypes.data, self.nbytes,
+            cuda_check(rt.cudaMemcpy(self.device, host.ctypes.data, self.nbytes,
                               rt.cudaMemcpyKind.cudaMemcpyHostToDevice))
             self.position += 1
             return [int(self.device)]
@@ -125,7 +125,7 @@ def make_calibrator(module: ModuleType, images: np.ndarray, batch: int, cache: P
         def close(self) -> None:
             """Free the device buffer once the build is done."""
             if self.device is not None:
-                _ck(rt.cudaFree(self.device))
+                cuda_check(rt.cudaFree(self.device))
                 self.device = None
 
     calibrator = EntropyCalibrator()

@@ -218,7 +218,7 @@ def layernorm_form(model) -> str:
 
 
 def format_fusion(fusion: list[dict], layernorm: str | None, profile: str | None) -> list[str]:
-    """The report's lines (from `Report.fusion`, as dicts)."""
+    """The report's lines (from `CheckReport.fusion`, as dicts)."""
     if not fusion and layernorm is None:
         return []
     lines = [f"  {PREDICTION}; for {profile or 'tensorrt-10'}:"]

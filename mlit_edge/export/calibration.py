@@ -227,10 +227,10 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
     The calibrated graph is cached under `cache_dir` by `cache_key`; a hit copies it instead of
     running the quantizer again. `cache_dir=None` disables the cache.
     """
-    from .precision import _source, to_int8
+    from .precision import fp32_source, to_int8
 
     src, out = Path(src), Path(out)
-    source = _source(src, source)
+    source = fp32_source(src, source)
     manifest = calib.manifest
     calib_info = {"name": manifest["dataset"], "split": manifest["recipe"]["split"],
                   "seed": manifest["recipe"]["seed"], "manifest_sha256": manifest["sha256"],

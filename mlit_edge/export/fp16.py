@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..runtime.messages import typed_line
-from .precision import FP32_OPS, Converted, _derived_record, _set_precision_meta, _source, fp32_layer_names, name_nodes
+from .precision import (FP32_OPS, Converted, derived_record, fp32_layer_names, fp32_source, name_nodes,
+                        set_precision_meta)
 from .quiet import quiet
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
     from .legacy_graph import layernorm_island
 
     src, out = Path(src), Path(out)
-    source = _source(src, source)
+    source = fp32_source(src, source)
     model = source.graph()
     name_nodes(model)
     island = layernorm_island(model)  # a LayerNormalization decomposed for TensorRT 8.5 stays fp32 as the op does
@@ -80,11 +81,11 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
         raise ValueError(f"onnxconverter-common could not convert {src.name} to fp16 ({typed_line(e, 200)}); "
                          "build fp32 or int8 from it instead") from None
     drop_fp16_round_trips(converted, keep)
-    _set_precision_meta(converted, "fp16")
+    set_precision_meta(converted, "fp16")
     onnx.save(converted, str(out))
     fp32_nodes = {"ops": sorted(FP32_OPS), "router_and_head": len(keep - island)}
     if island:
         fp32_nodes["layernorm_island"] = len(island)
     # the names a weakly typed TensorRT 8.x build pins to fp32 (engine.plan.pin_fp32)
-    return Converted(_derived_record(source, "fp16", {"fp32_nodes": fp32_nodes, "fp32_layers": sorted(keep)}),
+    return Converted(derived_record(source, "fp16", {"fp32_nodes": fp32_nodes, "fp32_layers": sorted(keep)}),
                      converted)

@@ -88,7 +88,7 @@ def head_nodes(model) -> set[str]:
     return {n.name for n in model.graph.node if logits in n.output}
 
 
-def _source(src: Path, source: "Variant | None") -> "Variant":
+def fp32_source(src: Path, source: "Variant | None") -> "Variant":
     """The fp32 artifact a variant is made from: the one the run holds, else read from disk (once)."""
     if source is not None:
         return source
@@ -97,7 +97,7 @@ def _source(src: Path, source: "Variant | None") -> "Variant":
     return Variant.read(src)
 
 
-def _derived_record(source: "Variant", precision: str, extra: dict) -> dict:
+def derived_record(source: "Variant", precision: str, extra: dict) -> dict:
     """The variant's sidecar fields: its source's, then `extra`."""
     record = user_fields(source.record.to_dict())
     for measured in ("parity", "accuracy"):  # the fp32 export's figures; the variant gets its own
@@ -107,7 +107,7 @@ def _derived_record(source: "Variant", precision: str, extra: dict) -> dict:
             "runtime": record.get("runtime", "any"), **extra}
 
 
-def _set_precision_meta(model, precision: str) -> None:
+def set_precision_meta(model, precision: str) -> None:
     for prop in model.metadata_props:
         if prop.key == "mlit_edge":
             meta = json.loads(prop.value)
@@ -180,7 +180,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
-    source = _source(src, source)
+    source = fp32_source(src, source)
     model = source.graph()
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
     # what a weakly typed TensorRT 8.x build pins to fp32: not the layers Q/DQ makes INT8 (the head's Gemm),
@@ -200,9 +200,9 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
                                        "QuantizeBias": False, "DedicatedQDQPair": True})
     quantized = load_onnx(out)
     float_inputs(quantized, set(exclude))
-    _set_precision_meta(quantized, "int8")
+    set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
-    return Converted(_derived_record(source, "int8", {"runtime": "tensorrt", "fp32_layers": fp32_layers,
+    return Converted(derived_record(source, "int8", {"runtime": "tensorrt", "fp32_layers": fp32_layers,
                                                       "calibration": {**calib_info, "images": int(len(calib)),
                                                                       "method": "MinMax, symmetric, per-channel weights",
                                                                       "float_nodes": len(exclude)}}), quantized)
@@ -218,18 +218,18 @@ def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = No
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src, out = Path(src), Path(out)
-    source = _source(src, source)
+    source = fp32_source(src, source)
     model = source.graph()
     exclude = sorted(router_nodes(model) | activation_matmuls(model))
     with quiet():
         quantize_dynamic(model, str(out), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
                          weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
     quantized = load_onnx(out)
-    _set_precision_meta(quantized, "int8")
+    set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
     quantization = {"mode": "dynamic", "weights": "int8, symmetric, per output channel",
                     "activations": "uint8 from each call's own range (no calibration set)", "float_nodes": len(exclude)}
     if coverage is not None:
         quantization["coverage"] = {k: coverage[k] for k in ("tokens", "min_tokens", "warnings")}
-    return Converted(_derived_record(source, "int8", {"runtime": "onnxruntime", "quantization": quantization}),
+    return Converted(derived_record(source, "int8", {"runtime": "onnxruntime", "quantization": quantization}),
                      quantized)

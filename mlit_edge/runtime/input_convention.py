@@ -8,7 +8,7 @@
   (`export.uint8_input`): a quarter of the bytes to copy, where the runtime takes uint8 network input.
 
 The sidecar's `input` field records the convention, and the graph's input name carries it too, so a sidecar
-that contradicts its graph is caught when the runner opens (`check_graph`), before a single wrong class.
+that contradicts its graph is caught when the runner opens (`check_sidecar_input`), before a single wrong class.
 A sidecar made before the field existed is "normalised": that is what those graphs take.
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ def graph_convention(input_name: str | None) -> str | None:
     return None
 
 
-def check_graph(record: Mapping[str, Any], input_name: str | None, path: str | Path,
+def check_sidecar_input(record: Mapping[str, Any], input_name: str | None, path: str | Path,
                 input_dtype: str | None = None) -> None:
     """Refuse a sidecar whose input convention contradicts the graph's own input name, or whose input dtype
     contradicts the graph's `input_dtype` (numpy's name; None: unknown): fed the wrong way, the model would

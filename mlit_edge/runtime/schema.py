@@ -13,7 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
-from .input_convention import check_graph, check_input_field
+from .input_convention import check_input_field, check_sidecar_input
 from .sidecar import SidecarError
 from .runners import Runner, check_threads
 
@@ -230,7 +230,8 @@ def check_runtime(record: Mapping[str, Any], runtime: str, path: str | Path) -> 
                            f"artifact from the fp32 ONNX or the checkpoint: mlit-edge build ... --target {runtime}")
 
 
-def _version(text: str) -> tuple[int, ...]:
+def version_pair(text: str) -> tuple[int, ...]:
+    """"1.23.2" -> (1, 23): an ONNX Runtime version as its major and minor, to compare."""
     return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
 
@@ -244,7 +245,7 @@ def onnxruntime_needed(record, opset: int | None = None) -> str:
     opset needs (OPSET_NEEDS), whichever is newer; "0.0" where neither says."""
     rec = ArtifactRecord.of(record)
     needs = [v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k] + [rec.ort_requires or "0.0"]
-    return max(needs, key=_version)
+    return max(needs, key=version_pair)
 
 
 def check_onnxruntime(record: dict, installed: str, path: str | Path, opset: int | None = None) -> None:
@@ -253,7 +254,7 @@ def check_onnxruntime(record: dict, installed: str, path: str | Path, opset: int
     own opset import, so a sidecar that lost its `onnxruntime.requires` is no way past the check."""
     rec = ArtifactRecord.of(record)
     need = onnxruntime_needed(rec, opset)
-    if _version(installed) < _version(need):
+    if version_pair(installed) < version_pair(need):
         op = rec.attention_op or "its ops"
         raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "
                            "pip install -U onnxruntime, or build the portable graph for it (mlit-edge export)")
@@ -271,7 +272,7 @@ def classifier_fields(record: dict, path: str | Path) -> None:
 def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
     """The sidecar's input size, input convention and class count against the loaded model's own."""
     where = f"{Path(path).name}.json"
-    check_graph(record, runner.input_name if runner.input_names else None, path, runner.input_dtype)
+    check_sidecar_input(record, runner.input_name if runner.input_names else None, path, runner.input_dtype)
     pre = ArtifactRecord.of(record).preprocess
     size = pre.size if pre else None
     shape = runner.input_shape

@@ -25,7 +25,7 @@ from .graph_record import LOGITS, check_sidecar, onnx_graph_io, parse_onnx, plan
 from .input_convention import describe, onnx_dtype_name
 from .messages import require_file
 from .plan_consumer import check_plan_consumer, engine_io
-from .schema import ArtifactRecord, _version, classifier_fields, onnxruntime_needed
+from .schema import ArtifactRecord, classifier_fields, onnxruntime_needed, version_pair
 from .sidecar import atomic_path, read_sidecar
 from .staging import staged_folder
 from .triton_config import LABELS, TRITON_TYPES, Tensor, check_tensors, checked_config, placement
@@ -119,7 +119,7 @@ def ort_notes(content: bytes, record: dict) -> tuple[str, ...]:
     `onnxruntime.requires`), the one line that says so: Triton's ONNX Runtime backend is its own, per release.
     No file name in it: it is also a config.pbtxt comment, which takes printable ASCII only."""
     need = onnxruntime_needed(record, default_opset(content))
-    if _version(need) <= (0, 0):
+    if version_pair(need) <= (0, 0):
         return ()
     return (f"this model needs ONNX Runtime {need} or newer: check that your Triton release's ONNX Runtime "
             f"backend is >= {need} (its release notes name the ONNX Runtime it ships)",)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs
 logger = logging.getLogger(__name__)
 
 
-def _ck(result):
+def cuda_check(result):
     """Unwrap a cuda-python call: raise on a non-zero status, return the value(s)."""
     err, *values = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
@@ -30,7 +30,7 @@ def _ck(result):
     return values[0] if len(values) == 1 else tuple(values) if values else None
 
 
-_cudart = import_cudart  # the name the calibrator and gpu_check import (and tests replace)
+get_cudart = import_cudart  # the name the calibrator and gpu_check import (and tests replace)
 
 
 # TensorRT's DataType names -> numpy. Not `tensorrt.nptype`: TensorRT 8.5's names `np.bool`, which numpy 1.24
@@ -83,10 +83,10 @@ class TensorRTRunner(Runner):
             import tensorrt as api
         else:  # at run time, the module the plan was built with (tensorrt or tensorrt_rtx)
             api = import_trt(self.record.get("target", "tensorrt"))
-        self.cudart = cudart = _cudart()
+        self.cudart = cudart = get_cudart()
         self.engine, self.context = engine, engine.create_execution_context()
-        self.stream = _ck(cudart.cudaStreamCreate())
-        self._events = (_ck(cudart.cudaEventCreate()), _ck(cudart.cudaEventCreate()))
+        self.stream = cuda_check(cudart.cudaStreamCreate())
+        self._events = (cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate()))
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         mode = api.TensorIOMode.INPUT
         self.input_names = [n for n in names if engine.get_tensor_mode(n) == mode]
@@ -111,11 +111,11 @@ class TensorRTRunner(Runner):
     def _free(self) -> None:
         cudart = self.cudart
         if self._graph is not None:
-            _ck(cudart.cudaGraphExecDestroy(self._graph))
+            cuda_check(cudart.cudaGraphExecDestroy(self._graph))
             self._graph = None
         for dptr, hptr, _ in self._bufs.values():
-            _ck(cudart.cudaFree(dptr))
-            _ck(cudart.cudaFreeHost(hptr))
+            cuda_check(cudart.cudaFree(dptr))
+            cuda_check(cudart.cudaFreeHost(hptr))
         self._bufs = {}
 
     def _bind(self, batch: int) -> None:
@@ -134,8 +134,8 @@ class TensorRTRunner(Runner):
             shape = context.get_tensor_shape(name)[:]
             dtype = self._dtypes[name]
             nbytes = int(np.prod(shape)) * dtype.itemsize
-            dptr = _ck(cudart.cudaMalloc(nbytes))
-            hptr = _ck(cudart.cudaMallocHost(nbytes))  # pinned: async copies without a staging copy
+            dptr = cuda_check(cudart.cudaMalloc(nbytes))
+            hptr = cuda_check(cudart.cudaMallocHost(nbytes))  # pinned: async copies without a staging copy
             host = np.frombuffer(memoryview((ctypes.c_byte * nbytes).from_address(hptr)), dtype=dtype).reshape(shape)
             context.set_tensor_address(name, dptr)
             self._bufs[name] = (dptr, hptr, host)
@@ -152,8 +152,9 @@ class TensorRTRunner(Runner):
         context = self._live()[1]
         if not context.execute_async_v3(int(self.stream)):  # one plain run first: TensorRT may allocate lazily
             raise RuntimeError("TensorRT execute_async_v3 failed")
-        _ck(cudart.cudaStreamSynchronize(self.stream))
-        _ck(cudart.cudaStreamBeginCapture(self.stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        cuda_check(cudart.cudaStreamSynchronize(self.stream))
+        thread_local = cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        cuda_check(cudart.cudaStreamBeginCapture(self.stream, thread_local))
         enqueued = context.execute_async_v3(int(self.stream))
         err, graph = cudart.cudaStreamEndCapture(self.stream)  # always ends the capture, whatever happened in it
         if not enqueued or int(err) != 0 or graph is None:
@@ -166,8 +167,8 @@ class TensorRTRunner(Runner):
         # cudaGraphInstantiateWithFlags(graph, flags) has this one signature in every cuda-python a JetPack pins
         # (11.8.2, 12.2.1, 12.6.2, 13.0.3; tests/standins/data/cuda_python.json), whereas cudaGraphInstantiate
         # is (graph, pLogBuffer, bufferSize) in 11.8.2 and (graph, flags) from 12.0
-        instance = _ck(cudart.cudaGraphInstantiateWithFlags(graph, 0))
-        _ck(cudart.cudaGraphDestroy(graph))
+        instance = cuda_check(cudart.cudaGraphInstantiateWithFlags(graph, 0))
+        cuda_check(cudart.cudaGraphDestroy(graph))
         return instance
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -179,19 +180,19 @@ class TensorRTRunner(Runner):
         for name in self.input_names:
             dptr, hptr, host = self._bufs[name]
             np.copyto(host, feed[name], casting="same_kind")
-            _ck(cudart.cudaMemcpyAsync(dptr, hptr, host.nbytes, h2d, self.stream))
+            cuda_check(cudart.cudaMemcpyAsync(dptr, hptr, host.nbytes, h2d, self.stream))
         start, stop = self._events
-        _ck(cudart.cudaEventRecord(start, self.stream))
+        cuda_check(cudart.cudaEventRecord(start, self.stream))
         if self._graph is not None:
-            _ck(cudart.cudaGraphLaunch(self._graph, self.stream))
+            cuda_check(cudart.cudaGraphLaunch(self._graph, self.stream))
         elif not self._live()[1].execute_async_v3(int(self.stream)):
             raise RuntimeError("TensorRT execute_async_v3 failed")
-        _ck(cudart.cudaEventRecord(stop, self.stream))
+        cuda_check(cudart.cudaEventRecord(stop, self.stream))
         for name in self.output_names:
             dptr, hptr, host = self._bufs[name]
-            _ck(cudart.cudaMemcpyAsync(hptr, dptr, host.nbytes, d2h, self.stream))
-        _ck(cudart.cudaStreamSynchronize(self.stream))
-        self.last_gpu_ms = float(_ck(cudart.cudaEventElapsedTime(start, stop)))
+            cuda_check(cudart.cudaMemcpyAsync(hptr, dptr, host.nbytes, d2h, self.stream))
+        cuda_check(cudart.cudaStreamSynchronize(self.stream))
+        self.last_gpu_ms = float(cuda_check(cudart.cudaEventElapsedTime(start, stop)))
         return {name: self._bufs[name][2].copy() for name in self.output_names}
 
     def deactivate_impl(self) -> None:

@@ -28,7 +28,8 @@ from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
 from tests.helpers import CLI, ENV  # noqa: E402
 
-FAST = BenchConfig(batches=(1, 4), warmup_ms=0, warmup_iters=2, duration_s=None, iterations=5, limit=64)
+FAST = BenchConfig(batches=(1, 4), warmup_ms=0, warmup_iters=2, duration_s=None, iterations=5, limit=64,
+                   isolate=False)  # in this process; the default, each artifact in its own, is asked for by name
 
 
 def tiny(seed: int = 0) -> MLiT:

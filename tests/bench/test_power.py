@@ -26,7 +26,7 @@ EXPECTED = {
     "jetpack6-orin-nano.txt": [("VDD_IN", 5704, "VDD_CPU_GPU_CV", 831), ("VDD_IN", 3913, "VDD_CPU_GPU_CV", 598)],
     "jetpack7-agx-orin.txt": [("sum of VDD_CPU_CV+VDD_GPU_SOC+VIN_SYS_5V0", 5139 + 3268 + 5500, "VDD_GPU_SOC", 5139)],
 }
-FAST = BenchConfig(batches=(1, 2), warmup_ms=0, warmup_iters=2, duration_s=0.4, limit=8)
+FAST = BenchConfig(batches=(1, 2), warmup_ms=0, warmup_iters=2, duration_s=0.4, limit=8, isolate=False)
 
 
 def test_every_file_is_covered_and_documented():
@@ -109,7 +109,7 @@ def test_a_timed_run_shorter_than_two_readings_is_a_note_not_a_figure(tmp_path, 
     line = (DATA / "jetpack4-nano.txt").read_text().strip()
     monkeypatch.setenv("PATH", f"{_stand_in(tmp_path / 'bin', line, tmp_path / 'argv')}{os.pathsep}"
                                f"{os.environ['PATH']}")
-    cfg = BenchConfig(batches=(1,), warmup_ms=0, warmup_iters=1, duration_s=None, iterations=3, limit=8)
+    cfg = BenchConfig(batches=(1,), warmup_ms=0, warmup_iters=1, duration_s=None, iterations=3, limit=8, isolate=False)
     report = run_bench([str(tiny_onnx)], cfg)
     assert "board_w" not in report["rows"][0]
     assert any("tegrastats reading(s)" in n and "--duration" in n for n in report["artifacts"][0]["notes"])

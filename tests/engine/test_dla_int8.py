@@ -187,7 +187,7 @@ def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it
 
     trt, rt, fed = _trt("release/10.3"), FakeCudart(), []
     monkeypatch.setattr(trt_env, "_import", lambda name: trt if name == "tensorrt" else __import__(name))
-    monkeypatch.setattr(trt_runner, "_cudart", lambda: rt)
+    monkeypatch.setattr(trt_runner, "get_cudart", lambda: rt)
 
     def build(onnx, module, opts):
         cal = opts.calibrator
