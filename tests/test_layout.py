@@ -195,3 +195,39 @@ def test_modules_read_in_one_sitting(name):
 def test_each_shared_constant_is_written_once(literal):
     where = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if literal in p.read_text()]
     assert len(where) == 1, f"{literal} appears in {where}"
+
+
+def readme_layout() -> dict[str, str]:
+    """The README's layout block, each package folder's text (its line and the indented ones below it)."""
+    block = (PACKAGE.parent / "README.md").read_text().split("## Layout", 1)[1].split("```", 2)[1]
+    folders: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        m = re.match(r"^  ([a-z_]+)(/|\.py)\s", line)
+        if m:
+            current = m.group(1) + m.group(2)
+            folders[current] = line[m.end():]
+        elif line.startswith("    ") and current:
+            folders[current] += " " + line
+        elif not line.startswith(" "):
+            current = None
+    return folders
+
+
+def test_the_readme_layout_names_every_module():
+    """Issue 48: the README's layout section is tested against the tree, so a new module is named there
+    (with what it holds) or this fails, naming it."""
+    folders = readme_layout()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if path.name == "__init__.py" or path.name == "__main__.py" or rel.parts[0] == "weights":
+            continue
+        if len(rel.parts) == 1:
+            if rel.name not in folders:
+                missing.append(str(rel))
+            continue
+        text = folders.get(rel.parts[0] + "/", "")
+        if not re.search(rf"(?<![\w.]){re.escape(path.stem)}(?![\w])", text):
+            missing.append(str(rel))
+    assert not missing, f"the README's layout section does not name: {', '.join(missing)}"
