@@ -105,6 +105,7 @@ def test_pad_heads_refuses_bad_sizes_in_one_line(setting, message):
         pad_choice("24", 32, "tensorrt", "10.3")
 
 
+@pytest.mark.slow  # real-size exports
 @pytest.mark.parametrize("size", ["s", "xs", "xxs"])
 def test_padded_heads_are_exact_for_the_real_sizes(size, tmp_path):
     """The ONE real-size check: each head padded (18 -> 24; XS's 16 -> 24 too), exported with the routing outputs:

@@ -71,6 +71,7 @@ def test_the_pixels_graph_matches_the_normalised_one_on_real_images_with_the_sam
     assert rec["parity"]["max_abs_err"] < 1e-5  # the export's own check against PyTorch fed the same pixels
 
 
+@pytest.mark.slow  # the real model exported three times: a real-size export
 def test_the_shipped_model_takes_pixels_exactly_with_the_same_experts_in_every_layer(tmp_path):
     """The issue's check on the real model: logits within 1e-5 on the 1000-image test split, experts equal."""
     from mlit_edge.export.onnx_export import export_onnx

@@ -116,10 +116,22 @@ def test_pretrain_then_finetune_on_embedded_data(tmp_path):
     (["eval", "--checkpoint", "MISSING.pt"], "does not exist"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, args, message):
-    proc = cli(*args, "--out", tmp_path / "x", check=False) if args[0] != "eval" else cli(*args, check=False)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
+    """In-process, through click's runner: the command, its checks and its one-line error are the CLI's own, and
+    a subprocess per case (a torch import each) would prove nothing more. An exception that escaped the command
+    would be `r.exception` (the subprocess's traceback), not click's SystemExit."""
+    from click.testing import CliRunner
+
+    from mlit_edge.cli import main
+
+    deterministic, benchmark = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    try:
+        r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "x")] if args[0] != "eval" else args)
+    finally:  # a check that fails after `train` set these must not leave them set for the worker's next tests
+        torch.use_deterministic_algorithms(deterministic)
+        torch.backends.cudnn.benchmark = benchmark
+    assert r.exit_code != 0 and isinstance(r.exception, SystemExit), r.exception
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("Error:") and message in last
 
 
