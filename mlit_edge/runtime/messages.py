@@ -48,10 +48,10 @@ def not_a_file(path: str | os.PathLike) -> str | None:
         return "does not exist (a folder on its way is a file)"
     except (OSError, ValueError) as e:  # ValueError: a NUL character, which no path holds
         return f"cannot be looked at ({getattr(e, 'strerror', None) or first_line(e)})"
-    return kind_of(mode)
+    return file_kind(mode)
 
 
-def kind_of(mode: int) -> str | None:
+def file_kind(mode: int) -> str | None:
     """None for a regular file's `st_mode`; else what it is, as `not_a_file` says it (for an open descriptor's
     fstat, where a path's stat could name another file)."""
     if stat.S_ISREG(mode):

@@ -26,7 +26,7 @@ from .classifier import Classifier
 from .compat import is_relative_to
 from .images import DEFAULT_MAX_PIXELS, InputError, decode_image
 from .inbox import FOLDERS, ResultsLog, claim, give_back, lock, make_folders, recover_claims, say, settle
-from .messages import kind_of, typed_line
+from .messages import file_kind, typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
 SETTLE_S = 1.0  # [ours] unchanged this long before a file is read
@@ -79,7 +79,7 @@ def read_claimed(claimed: Path, label: Path, max_pixels: int | None) -> tuple[np
     with os.fdopen(fd, "rb") as fh:
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode):
-            raise InputError(f"{label} {kind_of(before.st_mode)}")
+            raise InputError(f"{label} {file_kind(before.st_mode)}")
         image = decode_image(fh, label, max_pixels, keep_grey=True)
         fh.seek(0)
         digest = hashlib.sha256()

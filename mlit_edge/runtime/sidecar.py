@@ -74,7 +74,7 @@ def temporary_beside(path: str | Path) -> Iterator[Path]:
         raise PermissionError(f"cannot write to {parent}")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file the usual permissions
     try:
         yield Path(tmp)
     finally:
@@ -95,7 +95,9 @@ def _fsync(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (POSIX has no read-only call: set it and put it back), for files and folders that
+    are made private and then given the usual permissions when published."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Iterator, List
 
+from .sidecar import current_umask
+
 MARK = ".mlit-edge-staging-"
 STALE_S = 3600.0  # [ours] an export takes seconds; an hour-old staging folder whose lock is free is nobody's
 _NAME = re.compile(r"\..*" + re.escape(MARK) + r"([0-9]+)-[A-Za-z0-9_]+")
@@ -74,12 +76,6 @@ def sweep(parent: str | Path) -> List[Path]:
     return removed
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 @contextlib.contextmanager
 def staged_folder(final: str | Path) -> Iterator[Path]:
     """A fresh, private, locked staging folder beside `final` (stale ones of killed runs removed first); when the
@@ -93,7 +89,7 @@ def staged_folder(final: str | Path) -> Iterator[Path]:
         _lock(fd, block=True)  # held until the folder is renamed or removed: `sweep` leaves it alone
         yield staging
         # mkdtemp's 0700 kept others out while it was written; the published folder gets the usual permissions
-        os.chmod(staging, 0o777 & ~_umask())  # (Triton and DeepStream may run as another user)
+        os.chmod(staging, 0o777 & ~current_umask())  # (Triton and DeepStream may run as another user)
         if os.path.lexists(final):  # a dangling link too: it is someone's (rename(2) would replace an empty folder)
             raise FileExistsError(f"{final} appeared meanwhile; remove it or choose another name")
         os.rename(staging, final)  # the folder appears whole or not at all

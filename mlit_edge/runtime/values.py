@@ -35,6 +35,13 @@ def describe_range(lo: Any, hi: Any) -> str:
     return f"x>={lo}" if hi is None else f"{lo}<=x<={hi}"
 
 
+def in_range(value: Any, lo: Any, hi: Any) -> Any:
+    """`value` when it is from `lo` to `hi` (None: unbounded); else ValueError in click's words."""
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{value} is not in the range {describe_range(lo, hi)}")
+    return value
+
+
 @dataclass(frozen=True)
 class Int:
     """An integer (not a bool, not a str that holds one) from `min` to `max`; None too where `optional`."""
@@ -52,11 +59,7 @@ class Int:
             return None
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"{value!r} is not an integer ({_kind(value)})")
-        value = int(value)
-        lo, hi = self.bounds()
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise ValueError(f"{value} is not in the range {describe_range(lo, hi)}")
-        return value
+        return in_range(int(value), *self.bounds())
 
     def parse(self, text: str) -> Optional[int]:
         """An option's text as click's INT reads it (ASCII digits: int() would also take '²' or '1_0')."""
@@ -86,10 +89,7 @@ class Float:
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not a finite number")
-        lo, hi = self.bounds()
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise ValueError(f"{value} is not in the range {describe_range(lo, hi)}")
-        return value
+        return in_range(value, *self.bounds())
 
     def parse(self, text: str) -> Optional[float]:
         try:
