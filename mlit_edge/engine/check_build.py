@@ -4,10 +4,17 @@ graph is a FAIL line of the report, not the end of the command.
 """
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..runtime.messages import typed_line
+from ..runtime.profiles import installed_profile
 from ..runtime.trt_env import import_trt
 from .plan import BuildOptions, build_serialized
 
@@ -17,7 +24,6 @@ def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0, precision:
     """Parse and build an engine the way the installed TensorRT builds (strongly typed on TensorRT >= 10 and
     TensorRT-RTX, weakly on 8.x: `runtime.profiles.installed_profile`); returns layers, build time and engine
     size, or the parser's errors verbatim. Returns the serialized engine under "engine" when it builds."""
-    from ..runtime.profiles import installed_profile
 
     trt = trt or import_trt()
     if trt is None:
@@ -33,10 +39,6 @@ def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0, precision:
 def _child(argv: list[str]) -> None:
     """The child's side of `build_apart`: argv is the result pipe's fd, the graph, the module, the precision
     and the fp32 layers (JSON); the result, or the error in one line, is written to the pipe as JSON."""
-    import importlib
-    import json
-    import os
-
     fd, path, module, precision, layers = int(argv[0]), argv[1], argv[2], argv[3], json.loads(argv[4])
     try:
         result = trt_build(path, importlib.import_module(module), precision=precision, fp32_layers=tuple(layers))
@@ -53,12 +55,6 @@ def build_apart(path: str | Path, trt, precision: str = "fp32", fp32_layers: tup
     `__main__`, which multiprocessing's spawn would do), without the engine's bytes: a parser that crashes on a
     hostile graph (TensorRT-RTX 1.7 takes SIGSEGV on some: engine.malformed) ends the child, and the report says
     so in a FAIL line instead of the command dying with it."""
-    import json
-    import os
-    import signal
-    import subprocess
-    import sys
-
     root = str(Path(__file__).resolve().parents[2])  # this mlit_edge, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     read, write = os.pipe()

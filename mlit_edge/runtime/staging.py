@@ -13,6 +13,7 @@ another user's folder, not a name this module did not make.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -39,8 +40,6 @@ def _alive(pid: int) -> bool:
 
 
 def _lock(fd: int, block: bool) -> bool:
-    import fcntl
-
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
     except OSError:
