@@ -87,9 +87,9 @@ def crops(digits: np.ndarray, size: int, box: str, jitter: float, seed: int) -> 
 
 
 def main() -> None:
-    from mlit_edge.runtime.preprocess import normalize, resize_images
+    from mlit_edge.artifacts.preprocess import normalize, resize_images
     from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
-    from mlit_edge.runtime.sidecar import read_sidecar
+    from mlit_edge.artifacts.sidecar import read_sidecar
     from mlit_edge.train.data import mnist5k_raw
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -1,5 +1,5 @@
 """How much DeepStream's resize can change the shipped model's answers: our resize (antialiased bilinear,
-`runtime/preprocess.py`) against OpenCV's nearest and bilinear (no antialiasing: what a plain GPU scaler does;
+`artifacts/preprocess.py`) against OpenCV's nearest and bilinear (no antialiasing: what a plain GPU scaler does;
 nvinfer's `scaling-filter` picks among such filters), on the whole mnist5k test split, in one run.
 
 Two cases: the digits as stored (28 px, enlarged to 36: every filter sees the same pixels up close), and the
@@ -18,7 +18,7 @@ import numpy as np
 
 
 def _classes(onnx: Path, hwc36: np.ndarray, mean, std) -> np.ndarray:
-    from mlit_edge.runtime.preprocess import normalize
+    from mlit_edge.artifacts.preprocess import normalize
     from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
 
     with OnnxRuntimeRunner(onnx) as run:
@@ -29,7 +29,7 @@ def _classes(onnx: Path, hwc36: np.ndarray, mean, std) -> np.ndarray:
 def main() -> None:
     import cv2
 
-    from mlit_edge.runtime.preprocess import resize_images
+    from mlit_edge.artifacts.preprocess import resize_images
     from mlit_edge.train.data import mnist5k_raw
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

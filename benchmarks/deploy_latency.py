@@ -263,7 +263,7 @@ def int8_routing(model, info: dict, stages: dict, names: tuple[str, ...]) -> dic
     """Per layer, the share of tokens of 1000 held-out images that keep PyTorch's experts in each INT8
     artifact of `names`, on the same tokens for all: the last layer on the dummy token alone."""
     from mlit_edge.export.onnx_export import reference_outputs
-    from mlit_edge.runtime.routing import routing_agreement
+    from mlit_edge.base.routing import routing_agreement
     from mlit_edge.train.data import sample_images
 
     images, _ = sample_images(info["preprocess"]["dataset"] or "mnist5k", "test", 1000)

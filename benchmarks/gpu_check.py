@@ -10,7 +10,7 @@ In one run, each step on the real device, one table at the end:
      and the largest logit difference between the two;
   5. the TensorRT runner's CUDA pieces through cuda-python, with the runner's own helpers: pinned host
      buffers, a stream, events and a captured graph of a host-to-device-to-host copy, checked byte for byte;
-  6. where TensorRT imports, the device profile it implies (runtime.profiles.installed_profile: JetPack 5.1's
+  6. where TensorRT imports, the device profile it implies (devices.profiles.installed_profile: JetPack 5.1's
      TensorRT 8.5 builds weakly typed from an opset-17 graph, 10.x strongly typed) and, for each precision,
      a real `mlit-edge build --target tensorrt` of the shipped model, its p50 latency at batch 1 and 64
      through the runtime's runner and its top-1 on the embedded test digits: one markdown row per precision,
@@ -222,9 +222,9 @@ def check_profile_engines(iters: int) -> tuple[bool, str, list[str]]:
     from mlit_edge.bench.stats import time_runner
     from mlit_edge.engine.build import BuildRequest, run_build
     from mlit_edge.runtime import Classifier
-    from mlit_edge.runtime.profiles import installed_profile
+    from mlit_edge.devices.profiles import installed_profile
     from mlit_edge.runtime.runners import predict_all
-    from mlit_edge.runtime.trt_env import import_trt, local_env
+    from mlit_edge.devices.trt_env import import_trt, local_env
     from mlit_edge.train.data import load_dataset
 
     try:

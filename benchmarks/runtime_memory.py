@@ -39,7 +39,7 @@ def _static_batch(folder: Path, model: Path, batch: int) -> Path:
     """The artifact re-declared with a fixed batch (graph input and output, sidecar), as a hostile file would."""
     import onnx
 
-    from mlit_edge.runtime.sidecar import read_sidecar, write_sidecar
+    from mlit_edge.artifacts.sidecar import read_sidecar, write_sidecar
 
     proto = onnx.load(str(model))
     for value in (*proto.graph.input, *proto.graph.output):

@@ -31,8 +31,8 @@ import numpy as np
 
 
 def _versions() -> dict:
-    from mlit_edge.runtime.profiles import installed_profile
-    from mlit_edge.runtime.trt_env import import_trt, local_env
+    from mlit_edge.devices.profiles import installed_profile
+    from mlit_edge.devices.trt_env import import_trt, local_env
 
     trt = import_trt("tensorrt")
     env = local_env("tensorrt")
@@ -68,7 +68,7 @@ def _images(n: int, size: int, folder: Optional[Path]) -> list:
 def _fused_attention(plan: Path, record: dict) -> str:
     """The built engine's own answer: its layer count and the layers that carry a fused attention kernel."""
     from mlit_edge.bench.engine_compare import layer_summary
-    from mlit_edge.runtime.trt_env import deserialize, import_trt
+    from mlit_edge.devices.trt_env import deserialize, import_trt
 
     trt = import_trt("tensorrt")
     engine = deserialize(plan.read_bytes(), record, plan)
@@ -115,7 +115,7 @@ def report(onnx_dir: Path, out: Path, images_dir: Optional[Path] = None, n: int 
            echo: Callable[[str], None] = print) -> List[dict]:
     """Run every path; returns the rows (name, ok, figure) after printing the report."""
     from mlit_edge.engine.build import BuildRequest, run_build
-    from mlit_edge.runtime.trt_env import import_trt
+    from mlit_edge.devices.trt_env import import_trt
 
     rows: List[dict] = []
 

@@ -9,7 +9,7 @@
 #
 # The L4T release (the first line of /etc/nv_tegra_release, e.g. "# R36 (release), REVISION: 4.3, GCID: ...")
 # chooses the device profile: the TensorRT, CUDA and Python that JetPack ships, and the pins that go with
-# them. They are one row of mlit_edge/runtime/jetpacks.json, read from SOURCE itself (the package is not
+# them. They are one row of mlit_edge/devices/jetpacks.json, read from SOURCE itself (the package is not
 # installed yet) with the system python3; a new L4T point release is one line there. Any release the table
 # does not list is refused, and so is a python3 or a TensorRT that is not the release's.
 #
@@ -49,16 +49,16 @@ revision="${BASH_REMATCH[2]}"
 case "$revision" in *.*) ;; *) revision="$revision.0" ;; esac
 l4t="R$major.$revision"
 
-# --- the release -> the device profile: its row of mlit_edge/runtime/jetpacks.json ----------------------------
+# --- the release -> the device profile: its row of mlit_edge/devices/jetpacks.json ----------------------------
 command -v python3 >/dev/null || die "python3 is missing: sudo apt install python3 python3-venv"
 # The reader prints name=value lines (read below, never eval'd), or one line saying why not. Its rule is
-# runtime/profiles.py's match_release: a key takes itself and the releases under it ("R35.2" takes R35.2.1),
+# devices/profiles.py's match_release: a key takes itself and the releases under it ("R35.2" takes R35.2.1),
 # the longest key wins. It runs on whatever python3 this is, before that is checked: Python 3.6 syntax.
 table="$(python3 - "$SOURCE" "$l4t" 2>&1 <<'PY'
 import json, os, sys, zipfile
 
 source, l4t = sys.argv[1], sys.argv[2]
-member = "mlit_edge/runtime/jetpacks.json"
+member = "mlit_edge/devices/jetpacks.json"
 try:
     if os.path.isdir(source):
         with open(os.path.join(source, member), encoding="utf-8") as f:
@@ -71,7 +71,7 @@ except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
              % (member, source, e))
 
 
-def lines(releases):  # the L4T lines a row covers, as runtime/profiles.py's l4t_lines writes them
+def lines(releases):  # the L4T lines a row covers, as devices/profiles.py's l4t_lines writes them
     keys = sorted({tuple(int(x) for x in r.lstrip("R").split(".")[:2]) for r in releases})
     out, run = [], []
     for key in keys + [None]:
@@ -113,7 +113,7 @@ while IFS='=' read -r key value; do
   esac
 done <<<"$table"
 for field in row jetpack trt cuda python cuda_python numpy pillow click onnxruntime driver_lib; do
-  [ -n "${!field}" ] || die "mlit_edge/runtime/jetpacks.json in $SOURCE gives no $field for L4T $l4t"
+  [ -n "${!field}" ] || die "mlit_edge/devices/jetpacks.json in $SOURCE gives no $field for L4T $l4t"
 done
 profile="jetpack-$row"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .bench.call import Report, bench  # the API's bench is the bench stage's own call
-from .runtime.messages import escaped
-from .runtime.schema import ArtifactRecord
+from .base.messages import escaped
+from .artifacts.schema import ArtifactRecord
 
 __all__ = ["Artifact", "Model", "Report", "bench", "load"]
 SOURCE_FIELDS = ("checkpoint", "size", "num_classes", "random_weights")  # fixed by `load`, not by `export`
@@ -36,7 +36,7 @@ class Artifact(os.PathLike):
 
     @classmethod
     def read(cls, path: str | Path) -> "Artifact":
-        from .runtime.schema import read_record
+        from .artifacts.schema import read_record
 
         return cls(Path(path), read_record(Path(path)))
 
@@ -127,7 +127,7 @@ def load(spec: str | os.PathLike) -> Model:
     or `pretrained:NAME` (`mlit-edge pretrained` lists them)."""
     from .export.requests import ExportOptions
     from .export.source import open_source
-    from .runtime.values import PathArg, check_value
+    from .base.values import PathArg, check_value
 
     # '' or None would be "no checkpoint", which opens the default pretrained model: refused as the CLI refuses it
     spec = check_value(PathArg(), spec, "--checkpoint")

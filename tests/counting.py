@@ -3,8 +3,8 @@
 `count_work()` wraps the functions that do that work wherever the package (or a library it calls)
 holds a reference to them, runs the block, and restores them. What it counts:
 
-- hashed: `runtime.sidecar.sha256_file(path)`, and `read_sidecar`'s hash of the bytes it was handed;
-- sidecar read: `runtime.sidecar.read_sidecar(path)` (verified or not), by the artifact's path;
+- hashed: `artifacts.sidecar.sha256_file(path)`, and `read_sidecar`'s hash of the bytes it was handed;
+- sidecar read: `artifacts.sidecar.read_sidecar(path)` (verified or not), by the artifact's path;
 - parsed: the onnx package's deserialisation of a file (`onnx.load`, `load_model`, `load_from_string`),
   from the package or a library (ONNX Runtime's quantizer), by path, or by the bytes' hash when the
   bytes were read first; shape inference's own round trip (it hands back a new model as bytes) is
@@ -40,7 +40,7 @@ class Work:
 
 
 def _final(path) -> str:
-    """The name a file is published under: `.NAME.abc123.tmp` (`runtime.sidecar.temporary_beside`) -> NAME."""
+    """The name a file is published under: `.NAME.abc123.tmp` (`artifacts.sidecar.temporary_beside`) -> NAME."""
     name = Path(path).name
     found = re.fullmatch(r"\.(.+)\.[^.]+\.tmp", name)
     return found.group(1) if found else name
@@ -69,7 +69,7 @@ def count_work() -> Iterator[Work]:
     import mlit_edge.export.pipeline  # noqa: F401  (import the stages, so that their references get patched)
     import mlit_edge.engine.build  # noqa: F401
     import mlit_edge.train.data as data
-    import mlit_edge.runtime.sidecar as sidecar
+    import mlit_edge.artifacts.sidecar as sidecar
 
     work = Work()
     patched: list = []

@@ -91,7 +91,7 @@ def resigned_copy(src: Path, dest: Path, **fields) -> Path:
     import json
     import shutil
 
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dest)
@@ -105,7 +105,7 @@ def refused_everywhere(art: Path, repo: Path, match: str) -> None:
     import pytest
 
     from mlit_edge.runtime import Classifier
-    from mlit_edge.runtime.schema import SidecarError
+    from mlit_edge.artifacts.schema import SidecarError
 
     from click.testing import CliRunner
 
@@ -124,7 +124,7 @@ def refused_everywhere(art: Path, repo: Path, match: str) -> None:
 def fake_plan(folder: Path, io, name: str = "fake") -> Path:
     """A .plan whose bytes are no engine, with a sidecar recording `io` as engine.io (export-triton reads the
     sidecar, never the engine): TensorRT is not needed to try what a sidecar can say."""
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     path = folder / f"{name}.plan"
     path.write_bytes(b"not an engine")

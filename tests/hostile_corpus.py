@@ -74,7 +74,7 @@ def _external_data_onnx(folder: Path) -> Path:
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2])], [weight])
     path = folder / "external.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     write_sidecar(path, {"precision": "fp32", "classes": ["a", "b"],
                          "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3, "dataset": "mnist5k"}})
@@ -359,7 +359,7 @@ def _external_onnx(folder: Path, name: str, location: str | None = None) -> Path
     then records instead (the data file left where it is)."""
     import onnx
 
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     path = _tiny_onnx(folder, name, np.zeros((3 * 36 * 36, 10)), "N", 10, [str(i) for i in range(10)])
     onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=True, location=f"{name}.data",
@@ -405,7 +405,7 @@ def _tiny_onnx(folder: Path, name: str, weight: np.ndarray, batch, out_dim, clas
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     src, dst = names
     nodes = nodes or [("Flatten", [src], ["flat"], {}), ("MatMul", ["flat", "w"], [dst], {})]

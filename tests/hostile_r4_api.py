@@ -1,5 +1,5 @@
 """Issue 47's CLI cases of the `api` surface: the options the Python API shares with the CLI (one validator,
-runtime.values), the opset a JetPack's parser cannot read, `--pad-heads` spelt with a non-ASCII digit, and input
+base.values), the opset a JetPack's parser cannot read, `--pad-heads` spelt with a non-ASCII digit, and input
 paths that are not regular files (said as what they are, never opened: a FIFO would block, /dev/zero never ends).
 The Python API's own cases are ordinary tests in tests/test_hostile_r4_api.py."""
 from __future__ import annotations

@@ -81,7 +81,7 @@ def _write(path: Path, model) -> Path:
 
 
 def _with_sidecar(path: Path, model, profile) -> Path:
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     _write(path, model)
     write_sidecar(path, {"precision": "fp32", **({"profile": profile} if profile is not None else {})})
@@ -104,7 +104,7 @@ def cases(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     """The check surface's cases, their files written into `folder`."""
     from onnx import TensorProto as T, helper as h
 
-    from mlit_edge.runtime.profiles import PROFILES
+    from mlit_edge.devices.profiles import PROFILES
 
     folder.mkdir(parents=True, exist_ok=True)
     out: list[Case] = []

@@ -16,7 +16,7 @@ JETSON = {"platform": "Linux aarch64", "module": "NVIDIA Jetson Orin Nano Develo
 
 def _resigned(good: Path, path: Path, content: bytes | None = None, **fields) -> Path:
     """`path`: the good artifact's bytes (or `content`) with the good sidecar plus `fields`, re-signed (valid)."""
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(good.read_bytes() if content is None else content)

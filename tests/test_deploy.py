@@ -73,7 +73,7 @@ def test_dockerfile_takes_the_l4t_image_as_an_argument_and_commands_exist():
 
 # --- install-jetson.sh: the L4T release -> the device profile -----------------------------------------------
 # It reads NV_TEGRA_RELEASE (a file like /etc/nv_tegra_release) or L4T_RELEASE, looks the release up in
-# mlit_edge/runtime/jetpacks.json of the SOURCE it installs (this checkout), asks `python3` for its version and
+# mlit_edge/devices/jetpacks.json of the SOURCE it installs (this checkout), asks `python3` for its version and
 # TensorRT's, and with DRY_RUN=1 prints what it would install. This python3 answers as a device would
 # (FAKE_PYTHON, FAKE_TRT; no FAKE_TRT: TensorRT does not import, with FAKE_TRT_ERROR) and hands the table's
 # reader (`python3 - ...`) to this interpreter; dpkg-query answers FAKE_DPKG_STATUS for python3-libnvinfer, and
@@ -92,7 +92,7 @@ FAKE_DPKG_QUERY = """#!/bin/sh
 [ -n "$FAKE_DPKG_STATUS" ] || { echo "dpkg-query: no packages found matching $3" >&2; exit 1; }
 printf '%s' "$FAKE_DPKG_STATUS"
 """
-TABLE = json.loads((ROOT / "mlit_edge" / "runtime" / "jetpacks.json").read_text())["jetpacks"]
+TABLE = json.loads((ROOT / "mlit_edge" / "devices" / "jetpacks.json").read_text())["jetpacks"]
 # what each release's python3 and TensorRT report: its row of the table
 SHIPPED = {"35": ("3.8", TABLE["5.1"]["tensorrt"]), "36.3": ("3.10", TABLE["6.0"]["tensorrt"]),
            "36.4": ("3.10", TABLE["6.2"]["tensorrt"]), "36.5": ("3.10", TABLE["6.2"]["tensorrt"]),
@@ -259,7 +259,7 @@ def test_install_script_refuses_a_missing_release_file(tmp_path):
 def test_install_script_reads_the_table_from_a_wheel(tmp_path):
     wheel = tmp_path / "mlit_edge-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
-        z.write(ROOT / "mlit_edge" / "runtime" / "jetpacks.json", "mlit_edge/runtime/jetpacks.json")
+        z.write(ROOT / "mlit_edge" / "devices" / "jetpacks.json", "mlit_edge/devices/jetpacks.json")
     proc = install(tmp_path, nv_release(36, "4.3"), "3.10", "10.3.0.30", source=wheel)
     assert proc.returncode == 0 and "profile jetpack-6.2" in proc.stdout.splitlines()[0], proc.stderr
     assert any(line.endswith(f" {wheel}") and "--no-deps" in line for line in proc.stdout.splitlines())
@@ -274,7 +274,7 @@ def test_install_script_refuses_a_source_without_the_table_in_one_line(tmp_path,
         source.write_text("not a zip")
     proc = install(tmp_path, nv_release(36, "4.3"), "3.10", "10.3.0.30", source=source)
     assert proc.returncode != 0 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert proc.stderr.startswith("install-jetson: cannot read the JetPack table mlit_edge/runtime/jetpacks.json "
+    assert proc.stderr.startswith("install-jetson: cannot read the JetPack table mlit_edge/devices/jetpacks.json "
                                   f"from {source}") and "checkout or wheel" in proc.stderr
 
 

@@ -20,7 +20,7 @@ Image = pytest.importorskip("PIL.Image")
 from tests.hostile_corpus import make_corpus, png_bomb  # noqa: E402
 from mlit_edge.cli import main  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
-from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT  # noqa: E402
 
 
@@ -280,7 +280,7 @@ def test_concurrent_builds_into_one_folder_both_finish(trained_checkpoint, tmp_p
 
 
 def test_resize_runs_in_bounded_steps_with_the_same_result():
-    from mlit_edge.runtime.preprocess import resize_images
+    from mlit_edge.artifacts.preprocess import resize_images
 
     frames = np.random.default_rng(0).integers(0, 256, (12, 48, 64, 3), dtype=np.uint8)
     whole = resize_images(frames, budget=1 << 40)

@@ -20,7 +20,7 @@ import mlit_edge
 from mlit_edge.bench.options import BenchConfig
 from mlit_edge.export.requests import BuildRequest, ExportRequest
 from mlit_edge.runtime import Classifier
-from mlit_edge.runtime.runners import max_threads
+from mlit_edge.base.values import max_threads
 
 NAN, INF = math.nan, math.inf
 NO_RULE = {"precisions", "providers"}  # checked by their request's own code (names against a list)
@@ -256,7 +256,7 @@ def test_predict_refuses_a_hostile_top_k(tiny_onnx, top_k, error, words):
 
 def test_api_errors_quoting_a_file_are_escaped(tmp_path):
     """A plan's recorded module name reached the caller raw (an escape code in an exception or a warning)."""
-    from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible
+    from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible
 
     record = {"artifact": "m.plan", "engine": {"builder": {"module": "tensorrt\x1b]0;PWNED\x07", "version": "10.3"}},
               "device": {}, "target": "tensorrt"}

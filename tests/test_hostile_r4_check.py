@@ -83,7 +83,7 @@ def test_the_report_escapes_every_line_and_a_name_forges_none():
 def test_uint8_intermediates_follow_onnx_tensorrts_rule_in_one_place():
     from onnx import TensorProto as T, helper as h
 
-    from mlit_edge.runtime.uint8_io import uint8_problems
+    from mlit_edge.devices.uint8_io import uint8_problems
 
     def quantized(zero_type: int, out: str = "y", **attrs):
         nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant", **attrs),
@@ -100,7 +100,7 @@ def test_uint8_intermediates_follow_onnx_tensorrts_rule_in_one_place():
 
 
 def test_a_sidecar_profile_is_known_or_refused_and_the_graph_decides():
-    from mlit_edge.runtime.profiles import PROFILES, contradiction, recorded_profile
+    from mlit_edge.devices.profiles import PROFILES, contradiction, recorded_profile
 
     assert recorded_profile({}) is None and recorded_profile({"profile": PROFILES["jetpack-6.0"].record()}).name \
         == "jetpack-6.0"

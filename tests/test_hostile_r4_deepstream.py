@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mlit_edge.runtime.glib_keyfile import KeyFileError, keyfile_text, value_problem
-from mlit_edge.runtime.staging import MARK, sweep
+from mlit_edge.stacks.glib_keyfile import KeyFileError, keyfile_text, value_problem
+from mlit_edge.artifacts.staging import MARK, sweep
 from tests.helpers import ENV, python_with_gi
 
 pytest.importorskip("onnx")

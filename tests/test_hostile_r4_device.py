@@ -229,7 +229,7 @@ def test_a_large_batch_holds_model_size_frames_not_full_ones(tiny_onnx, tmp_path
 def test_sigterm_wrapped_by_the_exporter_is_still_sigterm():
     """The dynamo exporter wraps what interrupts it in its own error; SIGTERM must unwind as itself (exit 143)."""
     from mlit_edge.export.onnx_export import raise_if_interrupted
-    from mlit_edge.runtime.terminate import Terminated
+    from mlit_edge.base.terminate import Terminated
 
     wrapped = RuntimeError("Failed to export the model")
     wrapped.__cause__ = Terminated("terminated (signal 15)")

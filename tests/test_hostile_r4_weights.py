@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from mlit_edge.model.mlit import MLiT
-from mlit_edge.runtime.sidecar import recover_publishes
-from mlit_edge.runtime.textfile import read_bytes, read_json
+from mlit_edge.artifacts.sidecar import recover_publishes
+from mlit_edge.base.textfile import read_bytes, read_json
 from mlit_edge.train.checkpoint import load_checkpoint, make_checkpoint, save_atomic
 from mlit_edge.train.export_weights import export_weights
 from tests.helpers import CLI, ENV, ROOT

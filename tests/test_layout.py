@@ -1,4 +1,4 @@
-"""The package's shape: folders by pipeline stage, imports only from earlier stages and the runtime,
+"""The package's shape: rooms named for what they hold, each importing only the rooms its line below allows,
 no import cycles, no private name imported across modules, no module longer than one sitting, one place for
 each shared constant.
 
@@ -12,9 +12,22 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parent.parent / "mlit_edge"
-# Each stage may import the runtime (the torch-free floor) and the stages before it, never a later one.
-ORDER = ["runtime", "model", "train", "export", "engine", "bench"]
-TOP = {"cli", "quickstart", "api", "__init__"}  # the top: may import every stage, and is imported by none
+# Each room and the rooms it may import: the torch-free floor rooms first (a device installs those), then the
+# pipeline's stages, each standing on the stages before it. Nothing may import a room not on its line.
+ALLOWED = {
+    "base": set(),  # messages, value rules, text reads, signals, shims: everything stands on it
+    "artifacts": {"base"},  # the record, the sidecar and the file contracts
+    "devices": {"base", "artifacts"},  # TensorRT and Jetson rules beside the device table
+    "runtime": {"base", "artifacts", "devices"},  # the device runtime: runners, classifier, serve, stream
+    "stacks": {"base", "artifacts", "devices", "runtime"},  # Triton and DeepStream
+    "model": {"base"},
+    "train": {"base", "artifacts", "runtime", "model"},
+    "export": {"base", "artifacts", "devices", "runtime", "model", "train"},
+    "engine": {"base", "artifacts", "devices", "runtime", "model", "train", "export"},
+    "bench": {"base", "artifacts", "devices", "runtime", "model", "train", "export", "engine"},
+}
+FLOOR = ("base", "artifacts", "devices", "runtime", "stacks")  # torch-free: what a device installs
+TOP = {"cli", "quickstart", "api", "__init__"}  # the top: may import every room, and is imported by none
 MAX_LINES = 300
 NAMED = re.compile(r"^mlit_edge(\.\w+)+(:\w+)?$")  # a module path in a string
 
@@ -99,24 +112,54 @@ def _is_package(module: str, package: Path) -> bool:
     return modules(package)[module].name == "__init__.py"
 
 
-def test_folders_are_the_pipeline_stages():
+def test_folders_are_the_rooms():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
-    assert folders == set(ORDER) | {"cli"}
+    assert folders == set(ALLOWED) | {"cli"}
+
+
+def test_the_allowed_arrows_run_one_way():
+    """No room may import a room that may import it: the rooms stack, so the floor never reaches up."""
+    for room, below in ALLOWED.items():
+        for other in below:
+            assert room not in ALLOWED[other], f"{room} and {other} may import each other"
+
+
+def arrows(package: Path = PACKAGE) -> dict[tuple[str, str], list[str]]:
+    """(room, room) -> the module imports that make that arrow, over the whole package."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for name, targets in graph(package).items():
+        for target in targets:
+            own, other = stage(name), stage(target)
+            if own != other and target != "mlit_edge":  # the version string
+                out.setdefault((own, other), []).append(f"{name} -> {target}")
+    return out
 
 
 @pytest.mark.parametrize("name", sorted(modules()))
-def test_stages_import_only_earlier_stages_and_the_runtime(name):
+def test_rooms_import_only_the_rooms_their_line_allows(name):
     own = stage(name)
     if own in TOP:
         return
     for target, how in imported(name, modules()[name], set(modules())).items():
         other = stage(target)
-        if other == "__init__" and target == "mlit_edge":
-            continue  # the version string
+        if other == own or target == "mlit_edge":  # its own room; the version string
+            continue
         assert other not in TOP, f"{name} names {target} from the top ({how})"
-        assert ORDER.index(other) <= ORDER.index(own), f"{name} ({own}) names {target} ({other}), a later stage ({how})"
-        if own == "runtime":
-            assert other == "runtime", f"the runtime floor names {target} ({how})"
+        assert other in ALLOWED[own], f"{name} ({own}) names {target} ({other}), which {own} may not import ({how})"
+
+
+def test_the_room_check_bites(tmp_path):
+    """A floor room reaching up to a stage is refused: build one such arrow and look."""
+    pkg = tmp_path / "mlit_edge"
+    for room in ("artifacts", "export"):
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "export" / "a.py").write_text("from ..artifacts import b\n")
+    (pkg / "artifacts" / "b.py").write_text("def f():\n    from ..export.a import g\n")
+    found = arrows(pkg)
+    assert ("artifacts", "export") in found and "export" not in ALLOWED["artifacts"]
+    assert ("export", "artifacts") in found and "artifacts" in ALLOWED["export"]
 
 
 def test_every_imported_or_named_module_exists():

@@ -5,7 +5,7 @@ The package's requires-python is >=3.8 and its dependencies carry markers (the w
 tooling, from 3.10 on), so JetPack 5.1's pip installs it as it is: tests/test_py38_install.py has a real 3.8's pip
 install it and runs `mlit-edge predict` there. The modules checked are found, not listed: the device's entry
 points are imported with torch and the ONNX tooling blocked, and whatever `mlit_edge` module that loads is
-checked, with the whole runtime, the CLI modules the device runs and engine/trt_sources.py. A module
+checked, with the whole torch-free floor (tests/test_layout.py FLOOR: base, artifacts, devices, runtime, stacks), the CLI modules the device runs and engine/trt_sources.py. A module
 added to the device path is checked without editing this file.
 
 Three checks:
@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import NO_TORCH, ROOT
+from tests.test_layout import FLOOR
 from tools.fetch_test_deps import find_python38, py38_python, py38_venv_cached, py38_venv_missing_message
 
 PACKAGE = ROOT / "mlit_edge"
@@ -70,7 +71,7 @@ def device_modules() -> list[Path]:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
     assert proc.returncode == 0, f"the device's imports fail without torch and onnx: {proc.stderr[-2000:]}"
     found = {Path(line) for line in proc.stdout.splitlines() if line.strip()}
-    found |= set((PACKAGE / "runtime").rglob("*.py")) | {PACKAGE / f for f in DEVICE_FILES}
+    found |= {p for room in FLOOR for p in (PACKAGE / room).rglob("*.py")} | {PACKAGE / f for f in DEVICE_FILES}
     return sorted(p.resolve() for p in found)
 
 
@@ -164,8 +165,8 @@ def test_the_device_path_is_found_by_importing_it(modules):
     rel = {p.relative_to(PACKAGE.resolve()).as_posix() for p in modules}
     # what the build --onnx path imports (found, not listed: these are only a floor)
     assert {"engine/build.py", "engine/plan.py", "export/resolve.py", "export/pipeline.py", "export/flavours.py",
-            "runtime/trt_env.py", "model/config.py", "runtime/compat.py", "bench/suite.py"} <= rel
-    assert {p.resolve() for p in (PACKAGE / "runtime").rglob("*.py")} <= set(modules)
+            "devices/trt_env.py", "model/config.py", "base/compat.py", "bench/suite.py"} <= rel
+    assert {p.resolve() for room in FLOOR for p in (PACKAGE / room).rglob("*.py")} <= set(modules)
     assert not any(name.startswith(("train/", "model/mlit", "export/onnx_export", "export/precision"))
                    for name in rel), "a torch module is on the device path"
 

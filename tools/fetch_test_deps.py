@@ -70,7 +70,7 @@ def fetch_cuda_python(folder: Path = CUDA_PYTHON_DIR) -> bool:
 
 PY38_VENV = ROOT / ".cache" / "py38-venv"
 PY38_DONE = PY38_VENV / "mlit-edge-fetched.json"  # written last: a venv without it is rebuilt from scratch
-JETPACKS_JSON = ROOT / "mlit_edge" / "runtime" / "jetpacks.json"  # the device table install-jetson.sh reads
+JETPACKS_JSON = ROOT / "mlit_edge" / "devices" / "jetpacks.json"  # the device table install-jetson.sh reads
 # what WITH_ORT=1 gets on JetPack 5.1's Python 3.8: the last ONNX Runtime with a cp38 wheel (the table's row)
 JETPACK51 = json.loads(JETPACKS_JSON.read_text())["jetpacks"]["5.1"]  # read once: the pins and the wheel below
 ORT_PY38 = f"onnxruntime=={JETPACK51['onnxruntime']}"
@@ -97,7 +97,7 @@ def find_python38() -> str | None:
 
 def jetpack51_pins() -> list[str]:
     """The numpy, Pillow and click requirements deploy/install-jetson.sh installs on JetPack 5.1, read from the
-    device table the script reads (mlit_edge/runtime/jetpacks.json), so that the venv follows it."""
+    device table the script reads (mlit_edge/devices/jetpacks.json), so that the venv follows it."""
     pins = JETPACK51["pins"]
     return [pins["numpy"], pins["pillow"], pins["click"]]
 

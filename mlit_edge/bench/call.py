@@ -6,7 +6,7 @@ import os
 from dataclasses import fields
 from typing import Any, Iterable, List, Optional, Union
 
-from ..runtime.messages import escaped
+from ..base.messages import escaped
 from .options import BenchConfig, provider_names
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -45,7 +45,7 @@ def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optio
     a model's path is its checkpoint). Keywords are `BenchConfig`'s, with its defaults, which are the CLI's (each
     artifact in its own process, ONNX Runtime on the CPU); `providers` may be the CLI's "cpu,cuda"; `json` and
     `plot` are the CLI's --json and --plot."""
-    from ..runtime.values import PathArg, check_value
+    from ..base.values import PathArg, check_value
     from .suite import bench_and_save
 
     valid = sorted(f.name for f in fields(BenchConfig))

@@ -31,7 +31,7 @@ class EngineVariant:
 def variants(export_params: set[str], dla_cores: int, head: int) -> tuple[list[EngineVariant], list[str]]:
     """The engines to build, and one line for each comparison that cannot be made here (an export option
     this branch lacks, a head size that needs no padding, or no DLA core). `head`: the model's head size."""
-    from ..runtime.mha_rules import fusable_head
+    from ..devices.mha_rules import fusable_head
 
     out = [EngineVariant("last layer", "every token", {"prune_last": False}),
            EngineVariant("last layer", "dummy token alone", {"prune_last": True})]
@@ -97,9 +97,9 @@ def compare_engines(trt, out: Path, iters: int, size: str = "xxs",
     from ..export.onnx_export import export_onnx
     from ..export.source import load_for_export
     from ..export.variants import variant_of
-    from ..runtime.schema import ArtifactRecord
-    from ..runtime.profiles import installed_profile
-    from ..runtime.trt_env import deserialize, local_env
+    from ..artifacts.schema import ArtifactRecord
+    from ..devices.profiles import installed_profile
+    from ..devices.trt_env import deserialize, local_env
     from ..runtime.trt_runner import TensorRTRunner
 
     import numpy as np
@@ -142,7 +142,7 @@ def check_engine_pairs(iters: int) -> tuple[bool, str, list[str]]:
     """`benchmarks/gpu_check.py` step 7: every pair where TensorRT imports (skipped in one line elsewhere)."""
     import tempfile
 
-    from ..runtime.trt_env import import_trt
+    from ..devices.trt_env import import_trt
 
     try:
         trt = import_trt("tensorrt")

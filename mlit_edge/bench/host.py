@@ -40,7 +40,7 @@ def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
     """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
     from ..model.budget import available_mb, batch_bytes
     from ..model.records import record_config
-    from ..runtime.schema import ArtifactRecord
+    from ..artifacts.schema import ArtifactRecord
 
     available = available_mb()
     if available is None:
@@ -84,7 +84,7 @@ def environment(threads: int | None = None) -> dict:
     """CPU/GPU, threads and library versions; on Jetson also the power mode and clocks."""
     import importlib.metadata as md
 
-    from ..runtime.trt_env import local_env
+    from ..devices.trt_env import local_env
 
     cpu = platform.processor() or platform.machine()
     try:

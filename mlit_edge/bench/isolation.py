@@ -23,15 +23,15 @@ from typing import Iterator
 
 import numpy as np
 
-from ..runtime.messages import first_line, log_to_stderr
-from ..runtime.textfile import LOG_BYTES, read_json
-from ..runtime.terminate import EXIT_CODE, Terminated, end_process, sigterm_raises
+from ..base.messages import first_line, log_to_stderr
+from ..base.textfile import LOG_BYTES, read_json
+from ..base.terminate import EXIT_CODE, Terminated, end_process, sigterm_raises
 from .one_artifact import bench_artifact
 from .options import BenchConfig, Reference
 
 RUNTIME_MODULE = {"onnxruntime": "onnxruntime", "torch": "torch"}  # imported before the baseline is taken
 PREFIX, LOCK = "mlit-bench-", ".lock"
-CHILD_GRACE_S = 10.0  # [ours] a child on SIGTERM: its tegrastats gets runtime.terminate.GRACE_S of it
+CHILD_GRACE_S = 10.0  # [ours] a child on SIGTERM: its tegrastats gets base.terminate.GRACE_S of it
 
 
 def _lock(folder: Path) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..export.torch_runner import open_checkpoint
 from ..runtime.artifact import RunnerOptions, open_artifact
-from ..runtime.routing import routing_agreement
+from ..base.routing import routing_agreement
 from ..runtime.runners import Runner
 from .options import ORT_PROVIDERS, BenchConfig, Reference
 from .fidelity import fidelity, predicted
@@ -50,7 +50,7 @@ def label(path: Path) -> str:
 def graph_images(runner: Runner, record: dict, images: np.ndarray | None, path: Path) -> np.ndarray | None:
     """The bench's normalised images as this artifact's graph takes them: as they are, or a --raw-input
     graph's pixels (exactly: they were decoded from uint8). A sidecar that contradicts the graph is refused."""
-    from ..runtime.input_convention import PIXELS, check_sidecar_input, graph_convention, graph_feed
+    from ..artifacts.input_convention import PIXELS, check_sidecar_input, graph_convention, graph_feed
 
     check_sidecar_input(record, runner.input_name, path, runner.input_dtype)
     if images is None or graph_convention(runner.input_name) != PIXELS:
@@ -87,7 +87,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         runner, record = open_any(path, cfg.runner_options(), content)
     notes = [] if record or runner.name == "torch" else [f"{path.name} has no sidecar: provenance unknown"]
     if runner.name == "onnxruntime":
-        from ..runtime.schema import check_runtime
+        from ..artifacts.schema import check_runtime
 
         if ORT_PROVIDERS["tensorrt"] in (cfg.providers or ()):
             check_runtime(record, "tensorrt", path)

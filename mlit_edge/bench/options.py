@@ -7,8 +7,8 @@ from typing import Callable
 import numpy as np
 
 from ..runtime.artifact import BATCH_PROFILE, RunnerOptions
-from ..runtime.runners import Runner, max_threads
-from ..runtime.values import Flag, Float, Int, Ints, PathArg, Text, arg, validate
+from ..runtime.runners import Runner
+from ..base.values import Flag, Float, Int, Ints, PathArg, Text, arg, max_threads, validate
 
 ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
                  "tensorrt": "TensorrtExecutionProvider"}
@@ -54,7 +54,7 @@ class BenchConfig:
     ort_arena: bool = arg(True, Flag())  # ONNX Runtime's CPU memory arena
 
     def __post_init__(self) -> None:
-        validate(self)  # types and ranges in the CLI's words (runtime.values), before anything is opened
+        validate(self)  # types and ranges in the CLI's words (base.values), before anything is opened
         if self.iterations is None and self.duration_s is None:
             raise ValueError("give a positive duration or a number of iterations")
         if isinstance(self.providers, str) or not all(isinstance(p, str) for p in self.providers or ()):

@@ -5,7 +5,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..runtime.messages import printable
+from ..base.messages import printable
 from . import power
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def plot(report: dict, folder: str | Path) -> list[Path]:
 
 def save_report(report: dict, json_path: str | Path | None, plot_dir: str | Path | None) -> None:
     """The full report as JSON (with per-call samples) and the plots, where asked for."""
-    from ..runtime.sidecar import atomic_path
+    from ..artifacts.sidecar import atomic_path
 
     if json_path:
         with atomic_path(json_path) as tmp:

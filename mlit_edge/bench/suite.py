@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..export.torch_runner import checkpoint_opener
 from ..runtime.artifact import artifact_format
-from ..runtime.schema import ArtifactRecord
-from ..runtime.messages import printable, require_file
+from ..artifacts.schema import ArtifactRecord
+from ..base.messages import printable, require_file
 from .one_artifact import bench_artifact, open_any
 from .options import BenchConfig, Reference
 from .host import check_memory, environment
@@ -39,7 +39,7 @@ def _eval_images(data: str, split: str, root: str, limit: int | None):
 def _peek(path: str) -> dict:
     """An artifact's record without loading its model: the sidecar for an engine or an ONNX (unverified
     here; the artifact's own bench verifies it), the checkpoint's own description for a .pt."""
-    from ..runtime.sidecar import read_sidecar
+    from ..artifacts.sidecar import read_sidecar
 
     if artifact_format(path).name == "torch":
         return open_any(path)[1]  # reads and hashes the checkpoint; its model is built only on open
@@ -51,7 +51,7 @@ def _peek(path: str) -> dict:
 
 def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
     """Bench every artifact; returns the JSON-able report (rows, per-artifact details, environment)."""
-    from ..runtime.trt_env import verify_plan
+    from ..devices.trt_env import verify_plan
     from ..train.pretrained import is_pretrained, read_pretrained
 
     if not paths:
@@ -147,7 +147,7 @@ def _readable(path: str, fmt: str) -> None:
 
 def _in_process(path: str, cfg: BenchConfig, images, labels, ref: Reference | None) -> dict:
     """`bench_artifact` in this process; an artifact that fails is an entry with its one-line `error`."""
-    from ..runtime.messages import first_line
+    from ..base.messages import first_line
 
     try:
         return bench_artifact(path, cfg, images, labels, ref)
@@ -188,7 +188,7 @@ def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bo
 
 def _check_writable(option: str, folder: Path) -> None:
     """A folder the report cannot go to is refused before minutes of measuring, not after."""
-    from ..runtime.outputs import check_writable
+    from ..artifacts.outputs import check_writable
 
     try:
         check_writable(folder, "the folder of")

@@ -5,7 +5,7 @@ timed, in the bench's own process (its memory is counted as the model's). So eac
 (`LINE_MAX`: a line that never ends is dropped and counted, not buffered), decoded tolerantly (a byte that
 is not UTF-8 becomes U+FFFD, the rest of the line still parses), and the reading thread never dies of what
 it reads. The child runs in its own session, and its whole process group is ended when bench stops (SIGTERM,
-then SIGKILL: `runtime.terminate.end_process`), so a `tegrastats` wrapper that forks leaves nothing behind.
+then SIGKILL: `base.terminate.end_process`), so a `tegrastats` wrapper that forks leaves nothing behind.
 When its output ends, or it exits while something it forked holds its output open, the time of its last
 line is kept (`ended_at`), for the power figures to say what they cover.
 """
@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import BinaryIO, Callable, Iterator, List, Optional
 
-from ..runtime.terminate import GRACE_S, end_process, exited
+from ..base.terminate import GRACE_S, end_process, exited
 
 LINE_MAX = 16 * 1024  # [ours] the longest line read: tegrastats' are under 1 KiB on each board in tests/data/tegrastats
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from ..runtime.messages import log_to_stderr
+from ..base.messages import log_to_stderr
 from .deploy import build, check_cmd, export, export_deepstream, export_triton
 from .inference import bench, predict, serve, stream
 from .train import eval_, export_weights, finetune, info, pretrain, pretrained, quickstart, train

@@ -10,14 +10,14 @@ import click
 
 from ..export import DEFAULT_OPSET, OPSETS
 from ..model.config import SIZES, parse_overrides
-from ..runtime.messages import first_line, printable
+from ..base.messages import first_line, printable
 
 USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
 
 
 class Checked(click.ParamType):
-    """An option read and checked by the rule its request field is checked by (`runtime.values`): the CLI and
+    """An option read and checked by the rule its request field is checked by (`base.values`): the CLI and
     the Python API refuse a value at the same bounds, in the same words, and the rule lives in one place."""
 
     def __init__(self, rule) -> None:
@@ -26,7 +26,7 @@ class Checked(click.ParamType):
 
     def get_metavar(self, param, ctx=None) -> str:
         """The type and, for a bounded number, its range as click's IntRange shows it (`INTEGER 1<=x<=16`)."""
-        from ..runtime.values import Float, Int, describe_range
+        from ..base.values import Float, Int, describe_range
 
         bounds = self.rule.bounds() if isinstance(self.rule, (Int, Float)) else (None, None)
         return " ".join([self.name.upper(), *([describe_range(*bounds)] if bounds != (None, None) else [])])
@@ -40,14 +40,14 @@ class Checked(click.ParamType):
 
 def checked(cls, name: str) -> Checked:
     """The click type of the option that fills field `name` of the request dataclass `cls`."""
-    from ..runtime.values import rule_of
+    from ..base.values import rule_of
 
     return Checked(rule_of(cls, name))
 
 
 def _seed() -> Checked:
     from ..export.requests import SEED_MAX
-    from ..runtime.values import Int
+    from ..base.values import Int
 
     return Checked(Int(0, SEED_MAX))
 
@@ -67,7 +67,7 @@ class FiniteFloat(click.FloatRange):
 
 
 def thread_count() -> Checked:
-    """The type of a --threads option: 1 to 8 per core of this machine (`runtime.runners.max_threads`); past
+    """The type of a --threads option: 1 to 8 per core of this machine (`base.values.max_threads`); past
     that the OpenMP runtime of torch or ONNX Runtime can fail to start them instead of refusing in one line.
     The rule is `BenchConfig.threads`'s, which the Python API and `Classifier.load` check with too."""
     from ..bench.options import BenchConfig
@@ -104,7 +104,7 @@ def batch_triple(ctx: click.Context, param: click.Parameter, value: str | None):
 
 def user_errors(fn):
     """Turn expected failures (bad paths, bad values, refused checkpoints) into one-line errors."""
-    from ..runtime.terminate import EXIT_CODE, Terminated, sigterm_raises
+    from ..base.terminate import EXIT_CODE, Terminated, sigterm_raises
 
     @wraps(fn)
     def wrapper(*args, **kwargs):

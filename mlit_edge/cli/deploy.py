@@ -8,7 +8,7 @@ import click
 from ..export import FRONTENDS, PRECISIONS, TARGETS
 from ..export.requests import BuildRequest, ExportOptions, ExportRequest
 from ..runtime.artifact import BATCH_PROFILE
-from ..runtime.profiles import JETPACKS, TENSORRTS
+from ..devices.profiles import JETPACKS, TENSORRTS
 from .common import OPSET, batch_triple, check_size, checked, default, user_errors
 
 RANDOM = click.option("--random-weights", is_flag=True,
@@ -172,8 +172,8 @@ def check_cmd(onnx_path: str, no_build: bool, jetpack: str | None, tensorrt: str
     from ..engine.check import check
     from ..engine.check import format_report
 
-    from ..runtime.messages import require_file
-    from ..runtime.profiles import named_profile
+    from ..base.messages import require_file
+    from ..devices.profiles import named_profile
 
     require_file(onnx_path)  # a device or FIFO is said as such, before anything opens it (which could block)
     rep = check(onnx_path, build=not no_build, profile=named_profile(jetpack, tensorrt))
@@ -217,7 +217,7 @@ def export_triton(artifact: str, repo: str, name: str | None, kind: str, engine_
     Then, on the device (JetPack's Triton build; not run on the project's machines):
       tritonserver --model-repository REPO
     """
-    from ..runtime.triton import write_repository
+    from ..stacks.triton import write_repository
 
     click.echo(str(write_repository(artifact, repo, name, warn=lambda line: click.echo(f"warning: {line}", err=True),
                                     kind=kind, engine_cache=engine_cache, probabilities=probabilities)))
@@ -278,8 +278,8 @@ def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, thre
     Then, on the Jetson (not run on the project's machines; docs/deepstream.md):
       cd OUT && deepstream-app -c deepstream_app_config.txt
     """
-    from ..runtime.deepstream import SAMPLE_STREAM, write_deepstream
-    from ..runtime.deepstream_app import Secondary, parse_class_ids, parse_size
+    from ..stacks.deepstream import SAMPLE_STREAM, write_deepstream
+    from ..stacks.deepstream_app import Secondary, parse_class_ids, parse_size
 
     given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
     if given and not secondary:

@@ -88,7 +88,7 @@ def predict(images, model_path, top_k, as_json, max_pixels, force) -> None:
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
-        from ..runtime.messages import printable
+        from ..base.messages import printable
 
         for r in results:  # names and paths escaped: a class name could set the terminal's title
             if "error" in r:
@@ -133,8 +133,8 @@ def check_stream_batch(model_path: str, batch: int | None) -> None:
     left to the loader, which says why in its own line."""
     from ..model.budget import check_batch_fits
     from ..model.records import record_config
-    from ..runtime.schema import ArtifactRecord
-    from ..runtime.sidecar import read_sidecar
+    from ..artifacts.schema import ArtifactRecord
+    from ..artifacts.sidecar import read_sidecar
 
     if batch is None:
         return

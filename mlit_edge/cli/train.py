@@ -169,7 +169,7 @@ def export_weights(checkpoint: str, out: str, force: bool) -> None:
     """A checkpoint (or pretrained:NAME) as model.safetensors + config.json, for sharing: the weights with no
     pickle, and the config, classes, preprocessing and provenance (the checkpoint's sha256). Training state
     (optimizer, epoch counters for --resume) stays in the .pt."""
-    from ..runtime.messages import printable
+    from ..base.messages import printable
     from ..train.export_weights import export_weights as write
 
     config = write(checkpoint, out, force)

@@ -18,8 +18,8 @@ from ..export.requests import BuildRequest
 from ..export.flavours import artifact_name
 from ..export.resolve import BuildPlan, resolve_plan, resolve_target
 from ..export.source import Source, open_source
-from ..runtime.schema import ArtifactRecord
-from ..runtime.trt_env import import_trt, local_env
+from ..artifacts.schema import ArtifactRecord
+from ..devices.trt_env import import_trt, local_env
 from .plan import BuildOptions, engine_record, write_plan
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,9 @@ def _graph_decides(onnx: Path, record) -> None:
     """Refuse, in one line, an --onnx whose sidecar records a device profile this mlit-edge does not know, or
     one its graph contradicts (an opset or an op that profile's parser lacks): the graph is what TensorRT
     parses, so it decides, and the plan would otherwise be recorded for a device that cannot read it. Read
-    with the byte-level scan (runtime.graph_scan): a device needs no onnx package for it."""
-    from ..runtime.graph_scan import default_opset, nodes
-    from ..runtime.profiles import contradiction, recorded_profile
+    with the byte-level scan (artifacts.graph_scan): a device needs no onnx package for it."""
+    from ..artifacts.graph_scan import default_opset, nodes
+    from ..devices.profiles import contradiction, recorded_profile
 
     try:
         made_for = recorded_profile(record)
@@ -184,7 +184,7 @@ def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_reco
     """The calibrated INT8 DLA engine of the fp32 `final`: the QDQ recipe's images (export/calibration.py), its
     manifest beside the plan, the TensorRT cache keyed by both hashes (engine/dla_int8.py)."""
     from ..export.calibration import calibration_set, resolve_recipe, write_manifest
-    from ..runtime.input_convention import INPUT_NAMES, convention_of, dtype_of
+    from ..artifacts.input_convention import INPUT_NAMES, convention_of, dtype_of
     from .dla_int8 import cache_path, calibration_record, make_calibrator
     from .plan import build_serialized
 

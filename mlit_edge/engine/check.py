@@ -2,7 +2,7 @@
 
 The static checks run anywhere: denied ops, opset, shapes static after inference except the batch
 dimension, and a constant TopK k within TensorRT's limit (the runtime's byte-level scan,
-`runtime.graph_scan`, names the ops only ONNX Runtime runs). Where `tensorrt` or `tensorrt_rtx` imports,
+`artifacts.graph_scan`, names the ops only ONNX Runtime runs). Where `tensorrt` or `tensorrt_rtx` imports,
 the graph is also parsed and built for real (strongly typed), and the parser's own errors are shown; a
 graph that is not well-formed ONNX (`engine.malformed`) is never handed to the parser, and the parse runs in
 a child process, so a crash in TensorRT is a FAIL line too. Everything printed goes through `printable`:
@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 
 from ..export import OPSETS
-from ..runtime.graph_scan import onnxruntime_ops
-from ..runtime.messages import first_line, printable
-from ..runtime.profiles import DeviceProfile
-from ..runtime.trt_env import import_trt
+from ..artifacts.graph_scan import onnxruntime_ops
+from ..base.messages import first_line, printable
+from ..devices.profiles import DeviceProfile
+from ..devices.trt_env import import_trt
 from .check_build import build_apart, trt_build  # noqa: F401 (trt_build: the API's)
 from .check_report import CheckReport, format_report  # noqa: F401 (format_report: the CLI's and the tests')
 
@@ -130,13 +130,13 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Che
     if not rep.onnxruntime_ops:  # a prediction from documented rules; it never fails the check
         from dataclasses import asdict
 
-        from ..runtime.profiles import DEFAULT, PROFILES
+        from ..devices.profiles import DEFAULT, PROFILES
         from .fusion import attention_fusion, layernorm_form
 
         fused_for = profile or PROFILES[DEFAULT]
         rep.fusion = [{**asdict(f), "fusable": f.fusable} for f in attention_fusion(model, fused_for, inferred)]
         rep.layernorm, rep.profile = layernorm_form(model), rep.profile or fused_for.name
-    from ..runtime.uint8_io import uint8_problems
+    from ..devices.uint8_io import uint8_problems
 
     rep.problems += uint8_problems(model)  # TensorRT's kUINT8 rule, the same on 8.5, 8.6 and 10.x
     for op in sorted(set(rep.ops) & DENIED):
@@ -195,7 +195,7 @@ def parser_checks(rep: CheckReport, model, profile: DeviceProfile) -> None:
                             f"--jetpack {profile.jetpack or '...'}")
     if rep.opset is not None and table.min_opset and rep.opset < table.min_opset:
         rep.problems.append(f"opset {rep.opset}: {where} reads opset {table.min_opset} and newer")
-    from ..runtime.uint8_io import uint8_input_allowed, uint8_inputs
+    from ..devices.uint8_io import uint8_input_allowed, uint8_inputs
 
     uint8 = uint8_inputs(model)
     if uint8 and not uint8_input_allowed(table.trt_version):
@@ -226,9 +226,9 @@ def _sidecar_profile(path: Path, rep: CheckReport, named: DeviceProfile | None):
     """The sidecar's record (empty without one) and the profile to check against: `named` (--jetpack), else
     the profile the sidecar records where its sha256 is this graph's (a note says so), else None. A profile
     the sidecar records that this mlit-edge does not know is a FAIL line."""
-    from ..runtime.profiles import recorded_profile
-    from ..runtime.schema import ArtifactRecord
-    from ..runtime.sidecar import read_sidecar, sha256_file
+    from ..devices.profiles import recorded_profile
+    from ..artifacts.schema import ArtifactRecord
+    from ..artifacts.sidecar import read_sidecar, sha256_file
 
     try:
         raw = read_sidecar(path, verify_hash=False)
@@ -255,7 +255,7 @@ def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = 
     """Static checks (against `profile`'s operator table when given, else the one the graph's own sidecar
     records), plus a real TensorRT parse and build where a TensorRT module imports and the graph is
     well-formed ONNX."""
-    from ..runtime.schema import SidecarError, check_runtime
+    from ..artifacts.schema import SidecarError, check_runtime
 
     path = Path(path)
     if not path.is_file():

@@ -13,16 +13,16 @@ import sys
 from pathlib import Path
 
 from ..runtime.artifact import BATCH_PROFILE
-from ..runtime.messages import typed_line
-from ..runtime.profiles import installed_profile
-from ..runtime.trt_env import import_trt
+from ..base.messages import typed_line
+from ..devices.profiles import installed_profile
+from ..devices.trt_env import import_trt
 from .plan import BuildOptions, build_serialized
 
 
 def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0, precision: str = "fp32",
               fp32_layers: tuple[str, ...] = ()) -> dict:
     """Parse and build an engine the way the installed TensorRT builds (strongly typed on TensorRT >= 10 and
-    TensorRT-RTX, weakly on 8.x: `runtime.profiles.installed_profile`); returns layers, build time and engine
+    TensorRT-RTX, weakly on 8.x: `devices.profiles.installed_profile`); returns layers, build time and engine
     size, or the parser's errors verbatim. Returns the serialized engine under "engine" when it builds."""
 
     trt = trt or import_trt()

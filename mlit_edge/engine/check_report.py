@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..runtime.messages import printable
+from ..base.messages import printable
 
 
 @dataclass
@@ -22,7 +22,7 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
     layer_nodes: list[int] = field(default_factory=list)  # ONNX nodes of each encoder layer, in order
     build: dict | None = None  # TensorRT parse/build result, when a TensorRT module is installed
-    profile: str | None = None  # the device profile checked against (runtime.profiles)
+    profile: str | None = None  # the device profile checked against (devices.profiles)
     table: str | None = None  # the operator table's source (onnx-tensorrt branch and commit)
     onnxruntime_ops: dict[str, int] = field(default_factory=dict)  # ops only ONNX Runtime runs (no build is tried)
     fusion: list[dict] = field(default_factory=list)  # per layer: attention vs TensorRT's fusion rules (engine.fusion)

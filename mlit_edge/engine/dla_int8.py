@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
 
-from ..runtime.sidecar import atomic_path
+from ..artifacts.sidecar import atomic_path
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -41,7 +41,7 @@ CALIBRATOR = "IInt8EntropyCalibrator2"
 def implicit_int8_refusal(target: str, module: Optional[ModuleType], frontend: str = "onnx") -> Optional[str]:
     """Why `target` (with its imported `module`, None before the import) cannot build a calibrated INT8
     engine, in one line; None when it can."""
-    from ..runtime.trt_env import MODULES
+    from ..devices.trt_env import MODULES
 
     if target == "tensorrt-rtx" or (module is not None and module.__name__ == MODULES["tensorrt-rtx"]):
         return (f"--dla-core with --precision int8: TensorRT-RTX has no implicit quantization (no {CALIBRATOR}, "

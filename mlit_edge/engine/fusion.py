@@ -1,9 +1,9 @@
 """The fusion report of `mlit-edge check`: per layer, whether the ONNX's attention has the shape TensorRT fuses
 into one kernel, and which documented rule fails where not; and whether LayerNorm is the opset-17 op or the
-primitive pattern TensorRT recognises. A prediction from documented rules (runtime.mha_rules cites each),
+primitive pattern TensorRT recognises. A prediction from documented rules (devices.mha_rules cites each),
 never an observation: no engine is profiled here.
 
-The attention TensorRT fuses (Developer Guide, MHA fusion; runtime.mha_rules "DG"): MatMul (BMM1) -> an optional
+The attention TensorRT fuses (Developer Guide, MHA fusion; devices.mha_rules "DG"): MatMul (BMM1) -> an optional
 scale (Mul/Div by a constant; ours is folded into the query weights) -> Softmax -> MatMul (BMM2). Casts around
 the softmax (the fp16 recipe keeps it fp32) are passed over: DG's type rule is on the two matmuls' inputs.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..runtime import mha_rules as rules
-from ..runtime.profiles import DeviceProfile
+from ..devices import mha_rules as rules
+from ..devices.profiles import DeviceProfile
 
 PASS_OVER = {"Cast"}  # between BMM1, the softmax and BMM2: no change of pattern, only of type
 SCALE_OPS = {"Mul", "Div"}
@@ -127,7 +127,7 @@ def attention_fusion(model, profile: DeviceProfile, inferred=None) -> list[Atten
         scales = [n.op_type for n in before if n.op_type in SCALE_OPS]
         f = AttentionFusion(_layer(softmax, len(out)), head, dtype,
                             f"{scales[0]} before the softmax" if scales else "folded into the query weights")
-        why_not = rules.version_rule(profile.tensorrt)  # TensorRT 8.5 / 8.6 (runtime.mha_rules)
+        why_not = rules.version_rule(profile.tensorrt)  # TensorRT 8.5 / 8.6 (devices.mha_rules)
         if why_not:
             f.failed.append(why_not)
         sm_fail, sm_note = rules.sm_rule(profile.jetpack)  # DG: SM >= 75

@@ -81,7 +81,7 @@ def constants(model: Any) -> tuple[dict, list[str]]:
     and shape (a FAIL each)."""
     from onnx import helper, numpy_helper
 
-    from ..runtime.messages import first_line
+    from ..base.messages import first_line
 
     values, bad = {}, []
     for t in model.graph.initializer:

@@ -1,12 +1,12 @@
 """TensorRT plans: build a raw `.plan` from a precision-carrying ONNX, with its sidecar.
 
-The device profile (`runtime.profiles`) decides the typing. On TensorRT >= 10 (and TensorRT-RTX) the
+The device profile (`devices.profiles`) decides the typing. On TensorRT >= 10 (and TensorRT-RTX) the
 network is strongly typed: precision comes from the ONNX (fp16 casts, INT8 Q/DQ), never from builder
 flags. TensorRT 8.5 and 8.6 (JetPack 5.1 and 6.0) have no strongly typed mode: the network is made with
 EXPLICIT_BATCH, the FP16/INT8 flags match what the ONNX carries, and LayerNorm, softmax, the router and
 the head are pinned to fp32 with OBEY_PRECISION_CONSTRAINTS. The `.plan` stays raw so trtexec and DeepStream load it; its `.plan.json` sidecar
 records what it was built from, with what, and for which device. Loading and verifying plans is
-the runtime's job (`runtime.trt_env`), since a device needs it without this stage.
+the runtime's job (`devices.trt_env`), since a device needs it without this stage.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..runtime.artifact import BATCH_PROFILE
-from ..runtime.schema import ArtifactRecord
-from ..runtime.sidecar import atomic_path, publish, temporary_beside, user_fields
-from ..runtime.trt_env import DeviceEnv
+from ..artifacts.schema import ArtifactRecord
+from ..artifacts.sidecar import atomic_path, publish, temporary_beside, user_fields
+from ..devices.trt_env import DeviceEnv
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -33,7 +33,7 @@ class BuildOptions:
     workspace_gib: float = 1.0
     timing_cache: str | None = None
     dla_core: int | None = None
-    strongly_typed: bool = True  # the device profile's typing (runtime.profiles): False for TensorRT 8.x
+    strongly_typed: bool = True  # the device profile's typing (devices.profiles): False for TensorRT 8.x
     precision: str = "fp32"  # what the ONNX carries: a weakly typed build sets the builder flags for it
     fp32_layers: tuple[str, ...] = ()  # ONNX nodes a weakly typed build pins to fp32 (the sidecar's fp32_layers)
     calibrator: Any = None  # an IInt8EntropyCalibrator2 (engine/dla_int8.py): implicit INT8 from the fp32 ONNX
@@ -108,7 +108,7 @@ def _logger(module: ModuleType):
     characters escaped (`printable`): its messages quote op, node and tensor names from the ONNX file."""
     if not TYPE_CHECKING:
         trt = module
-    from ..runtime.messages import printable
+    from ..base.messages import printable
 
     class Escaped(trt.ILogger):
         def __init__(self) -> None:

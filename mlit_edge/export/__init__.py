@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..runtime.schema import PRECISIONS  # the runtime checks sidecars against the same list
+from ..artifacts.schema import PRECISIONS  # the runtime checks sidecars against the same list
 
 TARGETS = ("auto", "tensorrt", "tensorrt-rtx", "onnxruntime")  # where a build's artifact will run
 FRONTENDS = ("onnx", "torch-tensorrt")

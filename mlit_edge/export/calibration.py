@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..runtime.routing import partial_layers
-from ..runtime.sidecar import atomic_path, publish, read_sidecar, temporary_beside, user_fields
+from ..base.routing import partial_layers
+from ..artifacts.sidecar import atomic_path, publish, read_sidecar, temporary_beside, user_fields
 
 if TYPE_CHECKING:
     from .handoff import Variant
@@ -54,7 +54,7 @@ class Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     """A recipe JSON file such as `calibration/mnist5k-512.json`."""
-    from ..runtime.textfile import read_json
+    from ..base.textfile import read_json
 
     raw = read_json(path, "calibration recipe")  # bounded, and a FIFO would block no read
     if not isinstance(raw, dict):
@@ -108,8 +108,8 @@ class CalibrationSet:
 
     def for_graph(self, input_name: str, dtype: str = "float32") -> np.ndarray:
         """The images as the input of a graph whose input is `input_name` of `dtype` (its convention:
-        `runtime.input_convention`): normalised, or a `--raw-input` graph's pixels, exactly (uint8 or float32)."""
-        from ..runtime.input_convention import NORMALISED, graph_convention, model_input
+        `artifacts.input_convention`): normalised, or a `--raw-input` graph's pixels, exactly (uint8 or float32)."""
+        from ..artifacts.input_convention import NORMALISED, graph_convention, model_input
 
         convention = graph_convention(input_name) or NORMALISED
         if convention == NORMALISED:
@@ -121,7 +121,7 @@ class CalibrationSet:
 
 def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> CalibrationSet:
     """Load the recipe's images (preprocessed) and their manifest with its sha256."""
-    from ..runtime.preprocess import normalize
+    from ..artifacts.preprocess import normalize
     from ..train.data import load_dataset
 
     ds = load_dataset(recipe.dataset, recipe.split, data_root)
@@ -250,7 +250,7 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
             record.pop("cache_key", None)
             record["calibration"] = {**record["calibration"], **calib_info}
             return Calibrated(record, True, None)
-    from ..runtime.input_convention import graph_input
+    from ..artifacts.input_convention import graph_input
 
     record, proto = to_int8(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
     if cached is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.compat import removesuffix
+from ..base.compat import removesuffix
 from . import GROUPED, ORT_ATTENTION, PRECISIONS
 
 RUNTIMES = ("tensorrt", "onnxruntime")  # what a build's artifact runs on

@@ -108,7 +108,7 @@ def translations(form: str) -> dict:
 def pad_heads(t: Tensor, heads: int, size: int, to: int) -> Tensor:
     """Each head's rows of `t` (heads*size, ...) followed by zero rows up to `to`: (heads*to, ...). A head's
     padded query and key columns add 0 to q k^T, its padded value columns meet the output projection's padded
-    (zero) rows: the same function, with a head size TensorRT's fused attention takes (runtime.mha_rules)."""
+    (zero) rows: the same function, with a head size TensorRT's fused attention takes (devices.mha_rules)."""
     if to == size:
         return t
     t = t.reshape(heads, size, *t.shape[1:])  # (heads, size, ...)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.schema import ArtifactRecord
+from ..artifacts.schema import ArtifactRecord
 
 HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
 
@@ -56,7 +56,7 @@ class Variant:
     @classmethod
     def read(cls, path: str | Path) -> "Variant":
         """An fp32 export already on disk, with its sidecar read and checked once."""
-        from ..runtime.schema import read_record
+        from ..artifacts.schema import read_record
 
         return cls(Path(path), read_record(path))
 
@@ -76,7 +76,7 @@ class Variant:
     def sha256(self) -> str:
         """The artifact's sha256 as its sidecar records it (checked when the sidecar was read or written)."""
         if self.record.sha256 is None:
-            from ..runtime.sidecar import sha256_file
+            from ..artifacts.sidecar import sha256_file
 
             self.record = ArtifactRecord.of({**self.record.raw, "sha256": sha256_file(self.path)})
         return self.record.sha256

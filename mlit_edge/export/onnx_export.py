@@ -22,18 +22,18 @@ import torch
 from .. import __version__
 from ..model.mlit import MLiT
 from ..runtime.artifact import INPUT
-from ..runtime.input_convention import FLOAT32, INPUT_NAMES, NORMALISED, PIXELS, UINT8, from_normalised, input_record
-from ..runtime.preprocess import normalize
+from ..artifacts.input_convention import FLOAT32, INPUT_NAMES, NORMALISED, PIXELS, UINT8, from_normalised, input_record
+from ..artifacts.preprocess import normalize
 from ..runtime.runners import OnnxRuntimeRunner
-from ..runtime.sidecar import publish, temporary_beside
-from ..runtime.terminate import Terminated
+from ..artifacts.sidecar import publish, temporary_beside
+from ..base.terminate import Terminated
 from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
 from .quiet import quiet
 from .static import onnx_translations, to_deploy
 from .torch_runner import TorchRunner
 
 if TYPE_CHECKING:
-    from ..runtime.profiles import DeviceProfile
+    from ..devices.profiles import DeviceProfile
 
 PARITY_TOL = 1e-4
 # [ours] what ONNX Runtime runs this graph with: the portable fusions; "all" adds a CPU-specific blocked
@@ -47,7 +47,7 @@ def raise_if_interrupted(exc: BaseException) -> None:
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, (KeyboardInterrupt, Terminated)):  # SIGTERM too (runtime.terminate)
+        if isinstance(cause, (KeyboardInterrupt, Terminated)):  # SIGTERM too (base.terminate)
             raise type(cause)(*cause.args) from None
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
@@ -80,12 +80,12 @@ def attention_record(attention: str, head_size: int | None = None, pad_to: int |
 
 def check_installed_onnxruntime(attention: str, out: str | Path, opset: int) -> None:
     """Refuse, before the export, a fused form this machine's ONNX Runtime is too old for: its own runtime would
-    refuse what is published (`runtime.schema.check_onnxruntime`, whose line it is)."""
+    refuse what is published (`artifacts.schema.check_onnxruntime`, whose line it is)."""
     try:
         import onnxruntime
     except ImportError:  # nothing here runs it: the device's runtime checks it at load
         return
-    from ..runtime.schema import check_onnxruntime
+    from ..artifacts.schema import check_onnxruntime
 
     check_onnxruntime(attention_record(attention), onnxruntime.__version__, Path(out), opset)
 
@@ -101,7 +101,7 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     outputs every layer's top-k expert indices. `measure(path, record)` adds fields (e.g. accuracy)
     measured on the file before it is published. `attention`: "grouped" (portable) or a fused form for
     ONNX Runtime, which sets the opset where the form needs its own (opset 23 for "onnx"). `device`: the
-    TensorRT profile the graph is for (`runtime.profiles`): an older parser's graph is rewritten for it
+    TensorRT profile the graph is for (`devices.profiles`): an older parser's graph is rewritten for it
     (`legacy_graph.for_parser`: opset 17, LayerNorm decomposed, TopK's K an initializer) before the check, so
     the check covers the rewritten graph. `pad_to`: each head's Q, K and V zero-padded to this size (exact; the
     sidecar records it with `pad_reason`).
@@ -242,7 +242,7 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None
     beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
     why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it.
     `images`: normalised decoded images with `normalisation` (mean, std), fed as the graph's input asks."""
-    from ..runtime.routing import routed_part, routing_agreement
+    from ..base.routing import routed_part, routing_agreement
     from ..runtime.runners import predict_all
 
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..runtime.profiles import DEFAULT as DEFAULT_DEVICE
+from ..devices.profiles import DEFAULT as DEFAULT_DEVICE
 from . import DEFAULT_OPSET, GROUPED
 from .requests import ExportOptions, ExportRequest
 from .resolve import BuildPlan, resolve_plan
@@ -46,7 +46,7 @@ def export_stage(plan: BuildPlan, source: Source, opts: ExportOptions) -> Iterat
     """The export stage in the plan's output folder, locked for this writer while the caller works inside
     (a build adds its plan there): every output checked first (none replaces an artifact of another
     source unless `opts.force`), then `export_artifacts`."""
-    from ..runtime.outputs import guard_replace, output_folder
+    from ..artifacts.outputs import guard_replace, output_folder
 
     if plan.batch is not None:
         source.check_batch(plan.batch)
@@ -91,7 +91,7 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
         logger.info(f"[export 1/3] reusing {plan.fp32}: same checkpoint, opset, batch and attention, checked "
                     "against PyTorch when written")
         return Variant(plan.fp32, earlier)
-    from ..runtime.schema import ArtifactRecord
+    from ..artifacts.schema import ArtifactRecord
     from .onnx_export import export_onnx
 
     fused = "" if plan.attention == GROUPED else f", attention fused for ONNX Runtime ({plan.attention})"

@@ -18,7 +18,7 @@ import numpy as np
 
 from .quiet import quiet
 from ..runtime.runners import load_onnx
-from ..runtime.sidecar import user_fields
+from ..artifacts.sidecar import user_fields
 
 if TYPE_CHECKING:
     from .handoff import Variant

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime.artifact import BATCH_PROFILE
-from ..runtime.mha_rules import parse_pad
-from ..runtime.profiles import JETPACKS, TENSORRTS, named_profile
-from ..runtime.values import Flag, Float, Int, Ints, PathArg, Text, arg, validate
+from ..devices.mha_rules import parse_pad
+from ..devices.profiles import JETPACKS, TENSORRTS, named_profile
+from ..base.values import Flag, Float, Int, Ints, PathArg, Text, arg, validate
 from . import FRONTENDS, OPSETS, PRECISIONS, TARGETS
 from .calibration import DEFAULT_N, MIN_EXPERT_TOKENS
 
@@ -40,14 +40,14 @@ class ExportOptions:
     evaluate: bool = arg(True, Flag(), "--eval")
     force: bool = arg(False, Flag())  # replace artifacts of another source (checkpoint, random weights) in the folder
     random_weights: bool = arg(False, Flag())  # no checkpoint: random weights even where a pretrained model ships
-    jetpack: str | None = arg(None, Text(JETPACKS, optional=True))  # the device profile (runtime.profiles)
+    jetpack: str | None = arg(None, Text(JETPACKS, optional=True))  # the device profile (devices.profiles)
     tensorrt: str | None = arg(None, Text(tuple(sorted(TENSORRTS)), optional=True))  # the same, by its TensorRT
     pad_heads: str = arg("auto", Text())  # auto, off or a head size N: heads zero-padded to it (mha_rules.pad_choice)
     raw_input: bool = arg(False, Flag())  # the normalisation folded into the graph: RGB pixels in [0, 255] (raw_input)
     input_dtype: str = arg("float32", Text())  # the pixels graph's input type: float32, or uint8 (export.uint8_input)
 
     def __post_init__(self) -> None:
-        validate(self)  # types and ranges, in the CLI's words (runtime.values), before anything else reads them
+        validate(self)  # types and ranges, in the CLI's words (base.values), before anything else reads them
         device = named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
         if device is not None and self.opset is not None and self.opset > device.max_opset:  # as resolve_plan does
             raise ValueError(f"--opset {self.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
@@ -59,7 +59,7 @@ class ExportOptions:
             raise ValueError(f"--size {self.size!r}: sizes are lower case")
         if self.random_weights and self.checkpoint:
             raise ValueError("--random-weights builds without weights: drop --checkpoint, or it")
-        from ..runtime.input_convention import NORMALISED, PIXELS, check_dtype
+        from ..artifacts.input_convention import NORMALISED, PIXELS, check_dtype
 
         try:
             check_dtype(PIXELS if self.raw_input else NORMALISED, self.input_dtype)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.artifact import torch_available
-from ..runtime.profiles import DeviceProfile, choose, named_profile, parses, profile_named
+from ..devices.profiles import DeviceProfile, choose, named_profile, parses, profile_named
 from . import DEFAULT_OPSET, GROUPED, export_opset
 from .calibration import Recipe
 from .flavours import Flavour, artifact_name, flavour, fp32_base, variant_path
@@ -56,10 +56,10 @@ class BuildPlan:
     profile: tuple[int, int, int] | None  # a build's batch profile (MIN, OPT, MAX); None for an export
     notes: tuple[str, ...] = ()  # what the resolution decided that the user should hear
     target_note: str | None = None  # why `auto` chose what it chose
-    device: DeviceProfile | None = None  # the TensorRT profile (runtime.profiles); None for ONNX Runtime
+    device: DeviceProfile | None = None  # the TensorRT profile (devices.profiles); None for ONNX Runtime
     pad_to: int | None = None  # each head's Q, K and V zero-padded to this size in the fp32 export; None: not
-    pad_reason: str = ""  # why (runtime.mha_rules.pad_choice), for the sidecar
-    convention: str = "normalised"  # the graph's input (runtime.input_convention): "pixels" with --raw-input
+    pad_reason: str = ""  # why (devices.mha_rules.pad_choice), for the sidecar
+    convention: str = "normalised"  # the graph's input (artifacts.input_convention): "pixels" with --raw-input
     input_dtype: str = "float32"  # its element type: uint8 with --input-dtype uint8 (export.uint8_input)
 
     @property
@@ -77,7 +77,7 @@ class BuildPlan:
 
 def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None]:
     """`auto` -> TensorRT where it imports, else ONNX Runtime (with the note that says so)."""
-    from ..runtime.trt_env import import_trt
+    from ..devices.trt_env import import_trt
 
     if frontend == "torch-tensorrt" and target in ("auto", "tensorrt"):
         return "tensorrt", None
@@ -111,7 +111,7 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
         named = Path(req.out) / artifact_name(source.stem, "fp32", runtime=base.runtime)
         engine = Path(req.out) / artifact_name(source.stem, req.precision, ".plan") if runtime == "tensorrt" else None
     elif isinstance(req, ExportRequest):
-        from ..runtime.trt_env import jetson_tensorrt
+        from ..devices.trt_env import jetson_tensorrt
 
         note, trt_version = None, trt_version or jetson_tensorrt()  # on a Jetson its TensorRT decides
         target, runtime, frontend, profile, engine, probe = "tensorrt", "tensorrt", "onnx", None, None, req.probe
@@ -120,8 +120,8 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     else:
         raise TypeError(f"not an export or build request: {type(req).__name__}")
     if source.onnx:  # an artifact made for one runtime is refused by another, in one line
-        from ..runtime.graph_scan import check_not_onnxruntime_only
-        from ..runtime.schema import check_runtime
+        from ..artifacts.graph_scan import check_not_onnxruntime_only
+        from ..artifacts.schema import check_runtime
 
         check_runtime(source.record, runtime, source.onnx)
         if runtime == "tensorrt":  # a foreign file without our sidecar can still be the ONNX Runtime flavour
@@ -157,13 +157,13 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
 
 def _input_dtype(req: ExportOptions, source: Source, device: DeviceProfile | None) -> str:
     """The graph input's element type: a given ONNX keeps its own; an export's is --input-dtype, refused for a
-    TensorRT without UINT8 network input (`runtime.uint8_io`)."""
-    from ..runtime.input_convention import UINT8, dtype_of
+    TensorRT without UINT8 network input (`devices.uint8_io`)."""
+    from ..artifacts.input_convention import UINT8, dtype_of
 
     if source.onnx is not None:
         return dtype_of(source.record)
     if req.input_dtype == UINT8 and device is not None:
-        from ..runtime.uint8_io import uint8_input_allowed
+        from ..devices.uint8_io import uint8_input_allowed
 
         if not uint8_input_allowed(device.tensorrt):
             raise ValueError(f"--input-dtype uint8: {device.describe()} takes no UINT8 network input (TensorRT "
@@ -173,7 +173,7 @@ def _input_dtype(req: ExportOptions, source: Source, device: DeviceProfile | Non
 
 def _convention(req: ExportOptions, source: Source) -> str:
     """The graph input's convention: a given ONNX keeps its own; an export takes pixels with --raw-input."""
-    from ..runtime.input_convention import NORMALISED, PIXELS, convention_of
+    from ..artifacts.input_convention import NORMALISED, PIXELS, convention_of
 
     if source.onnx is not None:
         return convention_of(source.record)
@@ -183,7 +183,7 @@ def _convention(req: ExportOptions, source: Source) -> str:
 def _padding(req: ExportOptions, source: Source, runtime: str, device: DeviceProfile | None,
              precisions: tuple[str, ...]) -> tuple[int | None, str]:
     """The head size the fp32 export pads each head to, and why (`pad_choice`); a given ONNX keeps its own."""
-    from ..runtime.mha_rules import pad_choice, parse_pad
+    from ..devices.mha_rules import pad_choice, parse_pad
 
     if source.onnx is not None:
         if parse_pad(req.pad_heads) is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime.schema import ArtifactRecord
+from ..artifacts.schema import ArtifactRecord
 from .flavours import artifact_stem
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str 
                       "params": params},
             "classes": data["classes"],
             "preprocess": {"size": data.get("img_size", cfg.img_size), "mean": data["mean"], "std": data["std"],
-                           "resize": "antialiased bilinear, then uint8 rounding (mlit_edge.runtime.preprocess)",
+                           "resize": "antialiased bilinear, then uint8 rounding (mlit_edge.artifacts.preprocess)",
                            "layout": "NCHW float32", "dataset": data.get("name")},
             "checkpoint": checkpoint, "checkpoint_sha256": sha256, "random_weights": checkpoint is None}
 
@@ -37,7 +37,7 @@ def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str 
 def check_publishable(record: dict, cfg: "MLiTConfig | None", where: str) -> None:
     """Refuse, before any work, a record whose sidecar the runtime would refuse once published: the
     runtime's own schema, then (given the model's config) its input size and class count."""
-    from ..runtime.schema import SidecarError, check_record
+    from ..artifacts.schema import SidecarError, check_record
 
     hint = "the artifact would not load; fix the checkpoint's data fields or retrain"
     try:
@@ -122,8 +122,8 @@ class Source:
         attention form, head padding, input convention and dtype, device profile and mlit-edge version (it was checked against
         PyTorch when written); else None."""
         from .. import __version__
-        from ..runtime.input_convention import convention_of, dtype_of
-        from ..runtime.schema import read_record
+        from ..artifacts.input_convention import convention_of, dtype_of
+        from ..artifacts.schema import read_record
 
         sha = self.record.checkpoint_sha256
         if not sha or not fp32.is_file():
@@ -158,9 +158,9 @@ def open_source(opts, onnx: str | None = None) -> Source:
 
 def _onnx_source(path: Path) -> Source:
     """An existing ONNX: the precision it carries and its record, from its sidecar, else its metadata."""
-    from ..runtime.sidecar import read_sidecar, user_fields
+    from ..artifacts.sidecar import read_sidecar, user_fields
 
-    from ..runtime.messages import require_file
+    from ..base.messages import require_file
 
     require_file(path, "--onnx ")
     try:

@@ -182,7 +182,7 @@ def to_deploy(model: MLiT, probe: bool = False, attention: str = GROUPED, pad_to
               prune_last: bool = True) -> DeployMLiT:
     """A new eval-mode static-shape module computing `model`'s eval function; `model` is untouched.
     `attention`: "grouped" (portable, TensorRT) or a fused form of `ATTENTION_FORMS` (ONNX Runtime).
-    `pad_to`: each head's Q, K and V zero-padded to this head size (runtime.mha_rules.pad_choice); None: none.
+    `pad_to`: each head's Q, K and V zero-padded to this head size (devices.mha_rules.pad_choice); None: none.
     `prune_last`: the last layer for the dummy token alone (exact; `export/last_token.py`)."""
     if not isinstance(model, MLiT) or not model.cfg.num_classes:
         raise TypeError("to_deploy takes an mLiT classifier (an mmLiT must be fine-tuned into one first)")

@@ -6,10 +6,10 @@ input `pixels` becomes a uint8 input of the same name and shape, read by one Cas
 node. It is exact: every uint8 value is a float32, so the graph computes on the very numbers a float32 client
 would send for the same pixels.
 
-Where it runs (`runtime.uint8_io` has the rule and its sources): TensorRT takes UINT8 network input from 8.5
+Where it runs (`devices.uint8_io` has the rule and its sources): TensorRT takes UINT8 network input from 8.5
 (every JetPack this toolkit targets), converted to float or half before any other layer, which is what this
 graph does; ONNX Runtime's Cast reads uint8 everywhere. DeepStream's nvinfer feeds float, so an nvinfer
-config is written only for a float32 graph (`runtime.deepstream`).
+config is written only for a float32 graph (`stacks.deepstream`).
 """
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 
-from ..runtime.messages import log_lines
-from ..runtime.routing import partial_layers
-from ..runtime.schema import ArtifactRecord
-from ..runtime.sidecar import publish, temporary_beside
+from ..base.messages import log_lines
+from ..base.routing import partial_layers
+from ..artifacts.schema import ArtifactRecord
+from ..artifacts.sidecar import publish, temporary_beside
 from .calibration import (MIN_EXPERT_TOKENS, CalibrationSet, Recipe, calibrate_int8, calibration_set,
                           format_coverage, routing_coverage, write_manifest)
 from .flavours import Flavour, artifact_stem

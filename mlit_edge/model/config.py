@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Sequence, Tuple
 
-from ..runtime.compat import removesuffix
+from ..base.compat import removesuffix
 from .budget import check_ceiling, implied_macs, implied_params
 
 SHAREABLE = ("w", "v", "w2")  # the three linear maps of a SwiGLU expert

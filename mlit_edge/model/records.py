@@ -2,7 +2,7 @@
 name its files may carry. Export, bench and training read records this one way."""
 from __future__ import annotations
 
-from ..runtime.compat import removesuffix
+from ..base.compat import removesuffix
 from .config import SIZES, MLiTConfig, size_label
 
 

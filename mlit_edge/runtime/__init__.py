@@ -1,8 +1,8 @@
-"""The torch-free floor: classify images on the device with numpy and TensorRT (or ONNX Runtime).
+"""The device runtime: classify images on the device with numpy and TensorRT (or ONNX Runtime).
 
-Every other stage imports from here, never the reverse, and nothing here imports torch (a test
-proves it): runners, the one artifact loader, sidecars, plan verification, preprocessing, the
-classifier and the inbox service.
+Runners behind one contract, the one artifact loader, the classifier, the inbox service, images, video and
+camera sources and the stream. Nothing here imports torch (a test proves it); it stands on `base`,
+`artifacts` and `devices`.
 
     from mlit_edge.runtime import Classifier
     with Classifier.load("mlit-xxs-fp16.plan") as clf:

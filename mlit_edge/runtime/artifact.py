@@ -1,6 +1,6 @@
 """One loader for every artifact: `open_artifact(path) -> (runner, record)`.
 
-The formats live in one table keyed by name. It holds the only dispatch on file suffixes in the
+Each format (artifacts.formats: its name and suffixes) gets its opener here: the only dispatch on file suffixes in the
 project, and the opener of each format this floor runs. A checkpoint's opener needs torch, so the
 stage that has torch hands it in (`open_artifact(..., openers={"torch": ...})`, as bench does); the
 floor never names a module above it. Every opener reads the file once and verifies those bytes
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Tuple
 
+from ..artifacts.formats import SUFFIXES
 from .runners import Runner
 
 INPUT = "images"  # the graph input of every mlit-edge artifact
@@ -67,7 +68,7 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
         raise ValueError(f"{path}: a {fmt.name} file is opened by the workstation's bench, not the runtime, "
                          "which runs .plan and .onnx artifacts (build one with mlit-edge build)")
     if content is None:
-        from .messages import require_file
+        from ..base.messages import require_file
 
         content = require_file(path).read_bytes()
     return opener(path, content, options)
@@ -80,10 +81,10 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
         raise RuntimeError(f"{path}: an .onnx artifact needs ONNX Runtime, which is not installed here: "
                            "pip install onnxruntime (or run the .plan with TensorRT)") from None
 
-    from .graph_scan import check_graph, default_opset
+    from ..artifacts.graph_scan import check_graph, default_opset
     from .runners import OnnxRuntimeRunner
-    from .schema import ArtifactRecord, check_onnxruntime, check_record
-    from .sidecar import read_sidecar
+    from ..artifacts.schema import ArtifactRecord, check_onnxruntime, check_record
+    from ..artifacts.sidecar import read_sidecar
 
     try:
         record = read_sidecar(path, content=content)
@@ -102,8 +103,8 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
 
 
 def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
-    from .schema import check_record
-    from .trt_env import verify_plan
+    from ..artifacts.schema import check_record
+    from ..devices.trt_env import verify_plan
     from .trt_runner import TensorRTRunner
 
     record = verify_plan(path, content=content, force=options.force_device)
@@ -123,8 +124,5 @@ class Format:
     opener: Opener | None  # None: handed in by the stage that can open it (a checkpoint needs torch)
 
 
-FORMATS: dict[str, Format] = {
-    "tensorrt": Format("tensorrt", (".plan", ".engine", ".trt"), open_plan),
-    "onnxruntime": Format("onnxruntime", (".onnx",), open_onnx),
-    "torch": Format("torch", (".pt", ".pth", ".safetensors"), None),  # .safetensors: train.weights_file
-}
+OPENERS: dict[str, Opener | None] = {"tensorrt": open_plan, "onnxruntime": open_onnx, "torch": None}
+FORMATS: dict[str, Format] = {name: Format(name, suffixes, OPENERS[name]) for name, suffixes in SUFFIXES.items()}

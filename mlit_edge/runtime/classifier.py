@@ -19,14 +19,15 @@ import numpy as np
 
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
-from .messages import escaped, require_file
-from .input_convention import convention_of, dtype_of, model_input
-from .preprocess import resize_images
-from .runners import Runner, max_threads, predict_all
-from .schema import ArtifactRecord, check_against_model, classifier_fields
-from .values import Flag, Int, PathArg, check_value
+from ..base.messages import escaped, require_file
+from ..artifacts.input_convention import convention_of, dtype_of, model_input
+from ..artifacts.preprocess import resize_images
+from .runners import Runner, predict_all
+from ..artifacts.model_io import check_against_model
+from ..artifacts.schema import ArtifactRecord, classifier_fields
+from ..base.values import Flag, Int, PathArg, check_value, max_threads
 
-# the rules of the arguments the CLI's predict, serve and bench take too (same bounds, same words: runtime.values)
+# the rules of the arguments the CLI's predict, serve and bench take too (same bounds, same words: base.values)
 THREADS = Int(1, max_threads, optional=True)  # past 8 per core the OpenMP runtime may fail to start them: a SIGSEGV
 MAX_PIXELS = Int(1, optional=True)  # None: no limit
 TOP_K = Int(1)

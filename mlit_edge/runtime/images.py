@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .messages import first_line, not_a_file, printable
+from ..base.messages import first_line, not_a_file, printable
 
 DEFAULT_MAX_PIXELS = 50_000_000  # [ours] 50 MP: a 8660x5773 photo; the decoded RGB is 150 MB
 

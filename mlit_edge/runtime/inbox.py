@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import IO, Iterator
 
-from .messages import printable
+from ..base.messages import printable
 
 LOCK_NAME = ".mlit-edge-serve.lock"
 FOLDERS = ("processing", "done", "failed")

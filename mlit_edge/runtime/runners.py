@@ -16,25 +16,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .images import InputError
-from .input_convention import graph_feed
-from .messages import first_line, typed_line
-
-
-THREADS_PER_CORE = 8  # [ours] past this, threads only contend; far past it the runtime crashes starting them
-
-
-def max_threads() -> int:
-    """The most threads a runtime is asked to start here: 8 per core."""
-    import os
-
-    return THREADS_PER_CORE * (os.cpu_count() or 1)
-
-
-def check_threads(threads, where: str) -> None:
-    """ValueError naming `where` unless `threads` is None or an integer from 1 to `max_threads()`."""
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
-                                or not 1 <= threads <= max_threads()):
-        raise ValueError(f"{where} is {threads!r}, expected an integer from 1 to {max_threads()} (8 per core here)")
+from ..artifacts.input_convention import graph_feed
+from ..base.messages import first_line, typed_line
+from ..base.values import check_threads
 
 
 class RunnerClosedError(RuntimeError):

@@ -23,10 +23,10 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .classifier import Classifier
-from .compat import is_relative_to
+from ..base.compat import is_relative_to
 from .images import DEFAULT_MAX_PIXELS, InputError, decode_image
 from .inbox import FOLDERS, ResultsLog, claim, give_back, lock, make_folders, recover_claims, say, settle
-from .messages import file_kind, typed_line
+from ..base.messages import file_kind, typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
 SETTLE_S = 1.0  # [ours] unchanged this long before a file is read

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .images import InputError
-from .messages import not_a_file
+from ..base.messages import not_a_file
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts", ".wmv", ".flv")
 LIVE_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://")

@@ -27,10 +27,10 @@ from typing import IO, Iterator
 import numpy as np
 
 from .classifier import Classifier, Prediction
-from .clobber import check_file_folder, refuse_clobber
+from ..artifacts.clobber import check_file_folder, refuse_clobber
 from .images import DEFAULT_MAX_PIXELS
-from .preprocess import resize_images
-from .sidecar import pending_path, sidecar_path
+from ..artifacts.preprocess import resize_images
+from ..artifacts.sidecar import pending_path, sidecar_path
 from .video import Frame, FrameReader, SourceError, VideoSource, import_cv2, parse_source
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def source_file(source: VideoSource) -> str | None:
 
 def check_paths(model: str | Path, source: VideoSource, opts: StreamOptions) -> None:
     """Refuse, in one line and before anything is opened for writing, an OUTPUT or --results that is the
-    source, the model or its sidecar, or the other one (`runtime.clobber`), or whose folder cannot be written."""
+    source, the model or its sidecar, or the other one (`artifacts.clobber`), or whose folder cannot be written."""
     writes = {"the annotated video": opts.output, "--results": opts.results}
     reads = {"the source video": source_file(source), "the model": model,
              "the model's sidecar": sidecar_path(model), "the model's pending sidecar": pending_path(model)}

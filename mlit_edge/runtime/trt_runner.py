@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from .runners import Runner
-from .schema import ArtifactRecord
-from .trt_env import deserialize, import_cudart, import_trt, load_engine
+from ..artifacts.schema import ArtifactRecord
+from ..devices.trt_env import deserialize, import_cudart, import_trt, load_engine
 
 if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
     import tensorrt as trt

@@ -15,7 +15,7 @@ from torch import nn
 
 from .. import __version__
 from ..model.config import MAEConfig, MLiTConfig
-from ..runtime.messages import first_line, not_a_file, printable
+from ..base.messages import first_line, not_a_file, printable
 from .weights_file import checkpoint_fields, header_problem, is_safetensors
 
 FORMAT = "mlit-edge-checkpoint"
@@ -73,7 +73,7 @@ def set_rng_state(state: dict) -> None:
 
 def save_atomic(obj: Any, path: str | Path) -> None:
     """torch.save to a temporary file in the same folder, fsync, then rename over `path`."""
-    from ..runtime.sidecar import atomic_path
+    from ..artifacts.sidecar import atomic_path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

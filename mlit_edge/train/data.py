@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DistributedSampler
 
-from ..runtime.preprocess import IMAGENET_MEAN, IMAGENET_STD, normalize, resize_images
+from ..artifacts.preprocess import IMAGENET_MEAN, IMAGENET_STD, normalize, resize_images
 from .image_folder import read_images, scan
 
 IMG_SIZE = 36

@@ -1,7 +1,7 @@
 """`mlit-edge eval`: a checkpoint's top-1, loss and per-layer expert shares on a dataset split."""
 from __future__ import annotations
 
-from ..runtime.messages import printable
+from ..base.messages import printable
 from .checkpoint import checked_model, describe_checkpoint, load_checkpoint
 from .data import Loader, load_dataset
 from .device import resolve_device

@@ -4,7 +4,7 @@ checkpoint's path and the sha256 of the bytes that were read. The optimizer and 
 behind; `--checkpoint DIR/model.safetensors` then works wherever a checkpoint is taken.
 
 The pair is checked as eval checks it (`checkpoint.model_from_checkpoint`) before anything is written, and
-published as a pair under the folder's lock (`runtime.outputs.output_folder`), which first finishes or drops
+published as a pair under the folder's lock (`artifacts.outputs.output_folder`), which first finishes or drops
 what a killed run left there: a pending config, hidden temporaries."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import logging
 import os
 from pathlib import Path
 
-from ..runtime.messages import not_a_file, printable
-from ..runtime.outputs import output_folder
+from ..base.messages import not_a_file, printable
+from ..artifacts.outputs import output_folder
 from .checkpoint import checked_model, read_checkpoint
 from .weights_file import CONFIG_FILE, WEIGHTS_FILE, stale_temporaries, write_weights
 

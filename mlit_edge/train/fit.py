@@ -24,7 +24,7 @@ from .distributed import Dist, barrier, gather_objects, init_distributed, shutdo
 from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at, param_groups, scaled_lr,
                    train_one_epoch)
 from .plots import plot_curves, plot_experts, plot_reconstruction
-from ..runtime.outputs import check_writable
+from ..artifacts.outputs import check_writable
 from .run_folder import check_resume, clean_start, rewrite_log
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.images import DEFAULT_MAX_PIXELS, InputError, load_image
-from ..runtime.preprocess import resize_images
+from ..artifacts.preprocess import resize_images
 
 # torchvision's IMG_EXTENSIONS, so a folder it accepted is read the same
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def save_figure(fig, path: str | Path) -> Path:
     """Write `fig` as a PNG atomically (a temporary beside `path`, then a rename) and close it."""
-    from ..runtime.sidecar import atomic_path
+    from ..artifacts.sidecar import atomic_path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..runtime.textfile import METADATA_BYTES, read_bytes, read_json
+from ..base.textfile import METADATA_BYTES, read_bytes, read_json
 from .weights_file import CONFIG_FILE, read_config
 
 PREFIX = "pretrained:"

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ..runtime.textfile import LOG_BYTES, read_text
+from ..base.textfile import LOG_BYTES, read_text
 from . import checkpoint as ck
 from .data import ImageSet, describe_subset
 

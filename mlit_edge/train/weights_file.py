@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from ..runtime.messages import first_line, printable
-from ..runtime.sidecar import WEIGHTS_FORMAT, pending_of, publish_pair, temporary_beside
-from ..runtime.textfile import METADATA_BYTES, parse_json, read_bytes
+from ..base.messages import first_line, printable
+from ..artifacts.sidecar import WEIGHTS_FORMAT, pending_of, publish_pair, temporary_beside
+from ..base.textfile import METADATA_BYTES, parse_json, read_bytes
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -59,7 +59,7 @@ def header_problem(content: bytes) -> str | None:
 
 def write_weights(ckpt: dict, out: str | Path, provenance: dict) -> dict:
     """Write `ckpt`'s weights as `out/model.safetensors` and the rest of what loaders use as `out/config.json`,
-    published as a pair (`runtime.sidecar.publish_pair`: a kill leaves the old pair or the new, never a mix);
+    published as a pair (`artifacts.sidecar.publish_pair`: a kill leaves the old pair or the new, never a mix);
     returns the config. `provenance` says what it was made from (the checkpoint's path and sha256, the
     command)."""
     from safetensors.torch import save

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("onnxruntime")
 
 from mlit_edge.bench.fidelity import fidelity  # noqa: E402
-from mlit_edge.runtime.routing import routing_agreement  # noqa: E402
+from mlit_edge.base.routing import routing_agreement  # noqa: E402
 from mlit_edge.bench.host import peak_rss_mb  # noqa: E402
 from mlit_edge.bench.report import format_bench  # noqa: E402
 from mlit_edge.bench.options import BenchConfig  # noqa: E402
@@ -24,7 +24,7 @@ from mlit_edge.train.data import load_dataset  # noqa: E402
 from mlit_edge.engine.plan import write_plan  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
-from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
+from mlit_edge.devices.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
 from tests.helpers import CLI, ENV  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import CLI, ENV, ROOT
 
-RUNTIME = ROOT / "mlit_edge" / "runtime"
+PACKAGE = ROOT / "mlit_edge"
 
 
 def _stubs() -> Path:
@@ -123,7 +123,7 @@ def test_an_unguarded_tensorrt_10_name_fails_the_8_5_check(tmp_path):
 def _cudart_names() -> set[str]:
     """Every `cudart.X` (and `cudart.Enum.member`) that the runner and the environment probe use."""
     names = set()
-    for source in (RUNTIME / "trt_runner.py", RUNTIME / "trt_env.py"):
+    for source in (PACKAGE / "runtime" / "trt_runner.py", PACKAGE / "devices" / "trt_env.py"):
         for node in ast.walk(ast.parse(source.read_text())):
             if not isinstance(node, ast.Attribute):
                 continue
@@ -187,8 +187,8 @@ def test_the_runner_names_the_missing_gpu_in_one_line_with_the_real_cuda_runtime
     from onnx import TensorProto, helper, numpy_helper
 
     from mlit_edge.engine.plan import build_serialized, engine_record, write_plan
-    from mlit_edge.runtime.schema import ArtifactRecord
-    from mlit_edge.runtime.trt_env import EngineError, local_env
+    from mlit_edge.artifacts.schema import ArtifactRecord
+    from mlit_edge.devices.trt_env import EngineError, local_env
     from mlit_edge.runtime.trt_runner import TensorRTRunner
 
     err, count = cudart.cudaGetDeviceCount()
@@ -236,7 +236,7 @@ def test_type_stubs_alone_are_not_taken_for_tensorrt(tmp_path):
     package; `build --target auto` then died on `trt.__version__` (found while adding the type check)."""
     (tmp_path / "tensorrt").mkdir()
     (tmp_path / "tensorrt" / "__init__.pyi").write_text("def Builder() -> None: ...\n")
-    code = ("from mlit_edge.runtime.trt_env import import_trt\n"
+    code = ("from mlit_edge.devices.trt_env import import_trt\n"
             "t = import_trt()\nprint(getattr(t, '__name__', None))\n"
             "try:\n    import_trt('tensorrt')\nexcept RuntimeError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,

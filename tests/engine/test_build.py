@@ -19,9 +19,9 @@ from mlit_edge.export.calibration import (Recipe, calibrate_int8, calibration_se
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.engine.plan import write_plan
-from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
-from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
-from mlit_edge.runtime.sidecar import read_sidecar, sidecar_path  # noqa: E402
+from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
+from mlit_edge.devices.trt_env import import_trt  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar, sidecar_path  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT, cli, export_tiny, tiny_model  # noqa: E402
 
 RTX = pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (the dev extra installs it)")
@@ -141,8 +141,8 @@ def test_load_engine_deserializes_the_very_bytes_it_verified(tmp_path, monkeypat
     import pathlib
     import types
 
-    import mlit_edge.runtime.trt_env as engine_mod
-    import mlit_edge.runtime.sidecar as sidecar_mod
+    import mlit_edge.devices.trt_env as engine_mod
+    import mlit_edge.artifacts.sidecar as sidecar_mod
 
     plan = fake_plan(tmp_path)
     given = []

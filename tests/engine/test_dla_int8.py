@@ -180,7 +180,7 @@ def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it
     """`mlit-edge build --onnx FP32 --dla-core 0 --precision int8` through run_build, TensorRT and CUDA stood in:
     the engine is built from the fp32 graph, fed exactly the manifest's images, and the sidecar says so."""
     import mlit_edge.engine.plan as plan
-    import mlit_edge.runtime.trt_env as trt_env
+    import mlit_edge.devices.trt_env as trt_env
     import mlit_edge.runtime.trt_runner as trt_runner
     from mlit_edge.engine.build import BuildRequest, run_build
     from mlit_edge.export.calibration import calibration_set, resolve_recipe

@@ -10,10 +10,10 @@ from mlit_edge.engine.check import format_report, static_checks  # noqa: E402
 from mlit_edge.export.onnx_export import export_onnx  # noqa: E402
 from mlit_edge.model.config import MLiTConfig  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
-from mlit_edge.runtime.mha_rules import pad_choice, parse_pad  # noqa: E402
-from mlit_edge.runtime.profiles import PROFILES  # noqa: E402
-from mlit_edge.runtime.schema import SidecarError, check_record  # noqa: E402
-from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.devices.mha_rules import pad_choice, parse_pad  # noqa: E402
+from mlit_edge.devices.profiles import PROFILES  # noqa: E402
+from mlit_edge.artifacts.schema import SidecarError, check_record  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 
 INFO = {"classes": [str(i) for i in range(5)], "preprocess": {"size": 12, "mean": [0.5] * 3, "std": [0.25] * 3},
         "model": {}}
@@ -135,7 +135,7 @@ def test_the_plan_pads_by_profile_and_the_cli_refuses_a_bad_size_in_one_line(tmp
     from mlit_edge.export.requests import BuildRequest, ExportRequest
     from mlit_edge.export.resolve import resolve_plan
     from mlit_edge.export.source import Source
-    from mlit_edge.runtime.schema import ArtifactRecord
+    from mlit_edge.artifacts.schema import ArtifactRecord
     from tests.helpers import cli
 
     source = Source(ArtifactRecord.of({"model": {"size": "xxs", "config": {"dim": 108, "heads": 6}}}))

@@ -1,4 +1,4 @@
-"""One JetPack table, mlit_edge/runtime/jetpacks.json: the device profiles, mha_rules.JETSON_SM,
+"""One JetPack table, mlit_edge/devices/jetpacks.json: the device profiles, mha_rules.JETSON_SM,
 deploy/install-jetson.sh (which reads it from the source it installs), the Dockerfile's default image and the
 tables of deploy/README.md and docs/export-and-build.md all agree with it, and a new L4T release is one line
 in it, with no other edit.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-TABLE_FILE = ROOT / "mlit_edge" / "runtime" / "jetpacks.json"
+TABLE_FILE = ROOT / "mlit_edge" / "devices" / "jetpacks.json"
 SCRIPT = ROOT / "deploy" / "install-jetson.sh"
 README = ROOT / "deploy" / "README.md"
 BUILD_DOC = ROOT / "docs" / "export-and-build.md"
@@ -30,7 +30,7 @@ def _key(release: str) -> tuple:
 
 def readme_tables(table: dict) -> str:
     """deploy/README.md's tables, as the JSON makes them: one row per JetPack, then one per L4T release key."""
-    from mlit_edge.runtime.profiles import l4t_lines
+    from mlit_edge.devices.profiles import l4t_lines
 
     lines = ["| JetPack | L4T | `--build-arg L4T_IMAGE=` | TensorRT | CUDA | Python | profile | pins | `WITH_ORT=1` "
              "| GPUs (SM) |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -76,7 +76,7 @@ def test_every_row_has_its_facts_and_cites_them(table):
 def test_r36_5_is_a_jetpack_6_2_release(table):
     """Item 7: Orin NX units ship with L4T R36.5 (JetPack 6.2.2 by NVIDIA's own nvidia-jetpack package), which has
     R36.4's TensorRT 10.3 and CUDA 12.6."""
-    from mlit_edge.runtime.profiles import match_release
+    from mlit_edge.devices.profiles import match_release
 
     assert match_release("R36.5.0", table) == ("6.2", "6.2.2") and match_release("R36.5.2", table) == ("6.2", "6.2.x")
     assert match_release("R36.2.0", table) is None and match_release("R39.0.0", table) is None
@@ -84,7 +84,7 @@ def test_r36_5_is_a_jetpack_6_2_release(table):
 
 # --- the package --------------------------------------------------------------------------------------------------
 def test_profiles_are_the_rows(table):
-    from mlit_edge.runtime.profiles import JETPACKS, PARSER, PROFILES, TENSORRTS, l4t_lines
+    from mlit_edge.devices.profiles import JETPACKS, PARSER, PROFILES, TENSORRTS, l4t_lines
 
     assert JETPACKS == tuple(table) and set(PARSER) == set(table)
     for jetpack, row in table.items():
@@ -98,7 +98,7 @@ def test_profiles_are_the_rows(table):
 
 def test_parser_facts_are_kept_as_before():
     """The opset, LayerNorm, TopK and typing of each profile come from the parser tables, not the JSON."""
-    from mlit_edge.runtime.profiles import PROFILES
+    from mlit_edge.devices.profiles import PROFILES
 
     facts = {name: (p.max_opset, p.opset, p.layernorm, p.topk_k_initializer, p.strongly_typed)
              for name, p in PROFILES.items()}
@@ -108,7 +108,7 @@ def test_parser_facts_are_kept_as_before():
 
 
 def test_jetson_sm_is_the_rows_modules(table):
-    from mlit_edge.runtime.mha_rules import JETSON_SM, sm_rule
+    from mlit_edge.devices.mha_rules import JETSON_SM, sm_rule
 
     assert JETSON_SM == {j: tuple(row["modules"].items()) for j, row in table.items()}
     assert JETSON_SM["7"] == (("Thor", 110),) and sm_rule("7") == (None, "SM >= 75 (DG): met on Thor (SM 11.0)")
@@ -165,16 +165,16 @@ def test_a_new_l4t_release_is_one_line_of_the_table(tmp_path):
     """A copy of the source whose table has one line more: the script takes the new release, with no other edit
     (the script itself is the checkout's)."""
     source = tmp_path / "src"
-    (source / "mlit_edge" / "runtime").mkdir(parents=True)
+    (source / "mlit_edge" / "devices").mkdir(parents=True)
     text = TABLE_FILE.read_text()
-    shutil.copy(TABLE_FILE, source / "mlit_edge" / "runtime" / "jetpacks.json")
+    shutil.copy(TABLE_FILE, source / "mlit_edge" / "devices" / "jetpacks.json")
     before = run_script(tmp_path / "before", source, "R36.6.0", "3.10", "10.3.0.30")
     assert before.returncode != 0 and "L4T R36.6.0 is not a supported release" in before.stderr
     anchor = '        "R36.5.0": "6.2.2"\n'
     assert anchor in text
     added = text.replace(anchor, '        "R36.5.0": "6.2.2",\n        "R36.6.0": "6.2.9"\n')
     assert len(added.splitlines()) == len(text.splitlines()) + 1
-    (source / "mlit_edge" / "runtime" / "jetpacks.json").write_text(added)
+    (source / "mlit_edge" / "devices" / "jetpacks.json").write_text(added)
     after = run_script(tmp_path / "after", source, "R36.6.0", "3.10", "10.3.0.30")
     assert after.returncode == 0, after.stderr
     assert after.stdout.splitlines()[0] == ("install-jetson: JetPack 6.2.9 (L4T R36.6.0): TensorRT 10.3, CUDA 12.6, "
@@ -183,18 +183,18 @@ def test_a_new_l4t_release_is_one_line_of_the_table(tmp_path):
 
 def test_the_script_keeps_no_table_of_its_own():
     script = SCRIPT.read_text()
-    assert "mlit_edge/runtime/jetpacks.json" in script
+    assert "mlit_edge/devices/jetpacks.json" in script
     assert not re.search(r"^\s*3[5-9]\.[0-9\[*]", script, re.M), "a case on L4T releases in the script"
     assert not re.search(r"(cuda-python|numpy|pillow|click)[=<>]=?\d", script), "a pin in the script"
 
 
 def test_the_refusal_names_the_rows_as_the_profiles_do(tmp_path):
-    from mlit_edge.runtime.profiles import PROFILES
+    from mlit_edge.devices.profiles import PROFILES
 
     proc = run_script(tmp_path, ROOT, "R34.1.1", "3.8", "8.5.2.2")
     rows = ", ".join(f"JetPack {p.jetpack} ({p.l4t})" for p in PROFILES.values() if p.jetpack)
     assert proc.stderr == f"install-jetson: L4T R34.1.1 is not a supported release: {rows} " \
-                          f"(mlit_edge/runtime/jetpacks.json)\n"
+                          f"(mlit_edge/devices/jetpacks.json)\n"
 
 
 # --- the Dockerfile and the docs -------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_readme_tables_are_the_json(table):
 def test_export_and_build_table_is_the_json(table):
     """docs/export-and-build.md's profile table: JetPack, L4T, TensorRT and profile from the JSON, opset and typing
     from the profiles."""
-    from mlit_edge.runtime.profiles import PROFILES
+    from mlit_edge.devices.profiles import PROFILES
 
     rows = {}
     for line in BUILD_DOC.read_text().split("## Every JetPack: device profiles", 1)[1].splitlines():

@@ -1,4 +1,4 @@
-"""Device profiles (runtime/profiles.py): chosen once, refused when they contradict the installed TensorRT,
+"""Device profiles (devices/profiles.py): chosen once, refused when they contradict the installed TensorRT,
 the weakly typed TensorRT 8.x build really setting EXPLICIT_BATCH, its builder flags and the fp32 pins,
 and a plan refused on another Jetson module of the same GPU."""
 import logging
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlit_edge.runtime.profiles import (DEFAULT, PROFILES, choose, installed_profile, named_profile, parses,
+from mlit_edge.devices.profiles import (DEFAULT, PROFILES, choose, installed_profile, named_profile, parses,
                                         profile_named)
 
 
@@ -169,7 +169,7 @@ def _plan_record(module: str | None) -> dict:
 
 
 def test_a_plan_built_on_another_jetson_module_is_refused_unless_forced(caplog):
-    from mlit_edge.runtime.trt_env import DeviceEnv, EngineError, check_compatible
+    from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible
 
     nano = DeviceEnv("tensorrt", "10.3.0.30", "Orin", "8.7", module="NVIDIA Jetson Orin Nano Developer Kit")
     agx = "NVIDIA Jetson AGX Orin Developer Kit"
@@ -215,7 +215,7 @@ def test_an_export_for_jetpack_5_1_is_exact_checks_against_8_5_and_builds_with_t
     from mlit_edge.export.pipeline import ExportRequest, run_export
     from mlit_edge.export.source import load_for_export
     from mlit_edge.runtime.runners import OnnxRuntimeRunner
-    from mlit_edge.runtime.sidecar import read_sidecar
+    from mlit_edge.artifacts.sidecar import read_sidecar
 
     made = run_export(ExportRequest(size="xxs", random_weights=True, out=str(tmp_path / "m.onnx"), probe=True,
                                     precisions=("fp32", "fp16"), jetpack="5.1", evaluate=False))
@@ -262,11 +262,11 @@ def test_an_export_for_jetpack_5_1_is_exact_checks_against_8_5_and_builds_with_t
 
 def test_an_export_on_a_jetson_takes_its_tensorrts_profile(monkeypatch, tmp_path):
     """On a Jetson the installed TensorRT decides the export's profile too; a flag naming another is refused."""
-    import mlit_edge.runtime.trt_env as trt_env
+    import mlit_edge.devices.trt_env as trt_env
     from mlit_edge.export.requests import ExportRequest
     from mlit_edge.export.resolve import resolve_plan
     from mlit_edge.export.source import Source
-    from mlit_edge.runtime.schema import ArtifactRecord
+    from mlit_edge.artifacts.schema import ArtifactRecord
 
     source = Source(ArtifactRecord.of({"model": {"size": "xxs"}}))
     assert resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx")), source).device.name == DEFAULT  # a workstation

@@ -1,4 +1,4 @@
-"""TensorRT's UINT8 network-input rule (runtime/uint8_io.py): which JetPack's TensorRT takes it, checked against
+"""TensorRT's UINT8 network-input rule (devices/uint8_io.py): which JetPack's TensorRT takes it, checked against
 each release's own Python API data, and which graphs it takes, checked on graphs made here (TensorRT-RTX, the
 CI's builder, is laxer than JetPack's TensorRT on one of them)."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from mlit_edge.engine import trt_sources
-from mlit_edge.runtime.uint8_io import uint8_input_allowed, uint8_inputs, uint8_problems
-from mlit_edge.runtime.profiles import PROFILES
+from mlit_edge.devices.uint8_io import uint8_input_allowed, uint8_inputs, uint8_problems
+from mlit_edge.devices.profiles import PROFILES
 
 
 def _graph(nodes, out_type=None, path=None, opset=18):
@@ -60,7 +60,7 @@ def test_a_tensorrt_without_uint8_refuses_the_export_and_the_check(monkeypatch, 
     from mlit_edge.export.requests import ExportRequest
     from mlit_edge.export.resolve import resolve_plan
     from mlit_edge.export.source import open_source
-    from mlit_edge.runtime import uint8_io
+    from mlit_edge.devices import uint8_io
 
     monkeypatch.setattr(uint8_io, "UINT8_INPUT_SINCE", (8, 6))
     assert not uint8_input_allowed("8.5") and uint8_input_allowed("8.6")
@@ -97,7 +97,7 @@ def test_check_fails_a_uint8_to_int32_cast_that_tensorrt_rtx_builds(tmp_path):
     from onnx import TensorProto as T
 
     from mlit_edge.engine.check import check
-    from mlit_edge.runtime.trt_env import import_trt
+    from mlit_edge.devices.trt_env import import_trt
 
     trt = import_trt()  # what `check` builds with: None where no TensorRT imports, and then it must say so
 

@@ -17,17 +17,17 @@ from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.engine.check import check, trt_build  # noqa: E402
 from mlit_edge.engine.check import DENIED, static_checks  # noqa: E402
-from mlit_edge.runtime.trt_env import import_trt  # noqa: E402
+from mlit_edge.devices.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT, new_model  # noqa: E402
 from mlit_edge.export.calibration import Recipe  # noqa: E402
 from mlit_edge.export.fp16 import to_fp16  # noqa: E402
 from mlit_edge.export.precision import router_nodes, to_int8  # noqa: E402
 from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
-from mlit_edge.runtime.routing import routed_part  # noqa: E402
+from mlit_edge.base.routing import routed_part  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.torch_runner import TorchRunner  # noqa: E402
-from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 
 
 # each real size exports for 7-40 s (per worker that needs it), so its users are all `slow`; the fast
@@ -302,7 +302,7 @@ def test_fp16_of_a_graph_with_unnamed_nodes(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     from mlit_edge.export.precision import name_nodes
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     w = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
     graph = helper.make_graph([helper.make_node("Flatten", ["images"], ["flat"]),

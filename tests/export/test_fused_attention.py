@@ -12,9 +12,9 @@ from mlit_edge.export.onnx_export import export_onnx, reference_outputs  # noqa:
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
-from mlit_edge.runtime.routing import routing_agreement  # noqa: E402
+from mlit_edge.base.routing import routing_agreement  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
-from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 from tests.helpers import cli  # noqa: E402
 
 
@@ -117,7 +117,7 @@ def test_an_older_onnxruntime_is_refused_before_the_session(tiny_cfg, tmp_path, 
     import onnxruntime
 
     from mlit_edge.runtime import Classifier
-    from mlit_edge.runtime.schema import SidecarError
+    from mlit_edge.artifacts.schema import SidecarError
 
     torch.manual_seed(0)
     path = tmp_path / "m-fp32-ort.onnx"

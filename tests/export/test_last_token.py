@@ -13,7 +13,7 @@ from mlit_edge.export.onnx_export import variant_parity  # noqa: E402
 from mlit_edge.export.precision import to_int8  # noqa: E402
 from mlit_edge.export.static import StaticAttention, to_deploy  # noqa: E402
 from mlit_edge.export.variants import routing_report  # noqa: E402
-from mlit_edge.runtime.routing import routing_agreement  # noqa: E402
+from mlit_edge.base.routing import routing_agreement  # noqa: E402
 from tests.helpers import export_tiny, tiny_model  # noqa: E402
 
 

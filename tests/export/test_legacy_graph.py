@@ -16,7 +16,7 @@ from mlit_edge.export.legacy_graph import DECOMPOSED, for_parser, layernorm_isla
 from mlit_edge.export.onnx_export import ORT_SESSION, export_onnx  # noqa: E402
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
-from mlit_edge.runtime.routing import routed_part  # noqa: E402
+from mlit_edge.base.routing import routed_part  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner  # noqa: E402
 
 TOL = 1e-5
@@ -221,7 +221,7 @@ def test_decomposition_of_a_positive_axis_without_bias(opset):
 
 def test_fp16_keeps_the_decomposed_layernorm_in_fp32(tmp_path):
     from mlit_edge.export.fp16 import to_fp16
-    from mlit_edge.runtime.sidecar import user_fields, write_sidecar
+    from mlit_edge.artifacts.sidecar import user_fields, write_sidecar
     from mlit_edge.train.data import load_dataset
 
     model, info = load_for_export("pretrained:xxs-mnist5k", None)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from mlit_edge.export.raw_input import fold_normalisation
-from mlit_edge.runtime.input_convention import NORMALISED, PIXELS, convention_of, from_normalised
+from mlit_edge.artifacts.input_convention import NORMALISED, PIXELS, convention_of, from_normalised
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
-from mlit_edge.runtime.schema import SidecarError
-from mlit_edge.runtime.sidecar import read_sidecar
+from mlit_edge.artifacts.schema import SidecarError
+from mlit_edge.artifacts.sidecar import read_sidecar
 from tests.helpers import cli, export_tiny, refused_everywhere, resigned_copy
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -120,7 +120,7 @@ def test_predict_gives_the_same_classes_under_both_conventions(both, tmp_path):
 
 def test_a_sidecar_that_contradicts_its_graph_is_refused_everywhere(both, tmp_path):
     from mlit_edge.runtime import Classifier
-    from mlit_edge.runtime.input_convention import input_record
+    from mlit_edge.artifacts.input_convention import input_record
 
     said_pixels = resigned_copy(both[0], tmp_path / "a" / "m.onnx", input=input_record(PIXELS, [0.1307] * 3, [0.3081] * 3))
     said_normal = resigned_copy(both[1], tmp_path / "b" / "m.onnx",
@@ -143,7 +143,7 @@ def test_bench_feeds_each_convention_its_own_input(both, tmp_path):
 def test_from_normalised_inverts_the_normalisation():
     rng = np.random.default_rng(0)
     hwc = rng.integers(0, 256, (3, 36, 36, 3), dtype=np.uint8)
-    from mlit_edge.runtime.preprocess import normalize
+    from mlit_edge.artifacts.preprocess import normalize
 
     x = normalize(hwc, *IMAGENET)
     back = from_normalised(x, PIXELS, *IMAGENET, from_uint8=True)
@@ -163,8 +163,8 @@ def test_triton_config_says_what_each_input_takes(both, tmp_path):
     pytest.importorskip("tritonclient")
     from google.protobuf import text_format
 
-    from mlit_edge.runtime.triton import write_repository
-    from mlit_edge.runtime.triton_config import PARAMETER, model_config_pb2
+    from mlit_edge.stacks.triton import write_repository
+    from mlit_edge.stacks.triton_config import PARAMETER, model_config_pb2
 
     pb2 = model_config_pb2()
     for art, want in zip(both, ("normalised: RGB (pixel / 255 - mean) / std", "pixels: RGB 0-255")):

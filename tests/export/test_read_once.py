@@ -50,7 +50,7 @@ def test_the_counter_sees_repeated_work(tiny_cfg, tmp_path):
     from mlit_edge.export.source import load_for_export
     from mlit_edge.model.mlit import MLiT
     import mlit_edge.runtime.runners as runners
-    import mlit_edge.runtime.sidecar as sidecar
+    import mlit_edge.artifacts.sidecar as sidecar
 
     model = MLiT(tiny_cfg).eval()
     info = load_for_export(None, "xxs", tiny_cfg.num_classes, random_weights=True)[1]

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from mlit_edge.export.uint8_input import CAST_NAME, take_uint8
-from mlit_edge.runtime.input_convention import NORMALISED, PIXELS, UINT8, dtype_of, input_record
+from mlit_edge.artifacts.input_convention import NORMALISED, PIXELS, UINT8, dtype_of, input_record
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
-from mlit_edge.runtime.schema import SidecarError
-from mlit_edge.runtime.sidecar import read_sidecar
+from mlit_edge.artifacts.schema import SidecarError
+from mlit_edge.artifacts.sidecar import read_sidecar
 from tests.helpers import cli, export_tiny, refused_everywhere, resigned_copy
 
 MNIST = ([0.1307] * 3, [0.3081] * 3)
@@ -68,8 +68,8 @@ def test_take_uint8_refuses_what_it_cannot_rewrite(pair):
 
 def test_uint8_is_for_pixels_only_in_the_record_the_request_and_the_cli():
     from mlit_edge.export.requests import ExportOptions
-    from mlit_edge.runtime.input_convention import check_input_field
-    from mlit_edge.runtime.schema import check_record
+    from mlit_edge.artifacts.input_convention import check_input_field
+    from mlit_edge.artifacts.schema import check_record
 
     with pytest.raises(ValueError, match="add --raw-input"):
         input_record(NORMALISED, *MNIST, dtype=UINT8)
@@ -129,9 +129,9 @@ def test_triton_declares_a_uint8_input_and_deepstream_refuses_one(pair, tmp_path
     pytest.importorskip("tritonclient")
     from google.protobuf import text_format
 
-    from mlit_edge.runtime.deepstream import write_deepstream
-    from mlit_edge.runtime.triton import write_repository
-    from mlit_edge.runtime.triton_config import PARAMETER, model_config_pb2
+    from mlit_edge.stacks.deepstream import write_deepstream
+    from mlit_edge.stacks.triton import write_repository
+    from mlit_edge.stacks.triton_config import PARAMETER, model_config_pb2
 
     pb2 = model_config_pb2()
     folder = write_repository(pair[1], tmp_path / "repo", "m")

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlit_edge.runtime.deepstream import APP, CALIB, CONFIG, LABELS, write_deepstream
-from mlit_edge.runtime.deepstream_app import SAMPLE_PRIMARY, Secondary
-from mlit_edge.runtime.deepstream_app_rules import check_app
-from mlit_edge.runtime.graph_outputs import io_facts
-from mlit_edge.runtime.input_convention import PIXELS, model_input
-from mlit_edge.runtime.nvinfer_rules import ModelFacts, check_nvinfer
-from mlit_edge.runtime.preprocess import resize_images
-from mlit_edge.runtime.sidecar import read_sidecar, write_sidecar
+from mlit_edge.stacks.deepstream import APP, CALIB, CONFIG, LABELS, write_deepstream
+from mlit_edge.stacks.deepstream_app import SAMPLE_PRIMARY, Secondary
+from mlit_edge.stacks.deepstream_app_rules import check_app
+from mlit_edge.artifacts.graph_outputs import io_facts
+from mlit_edge.artifacts.input_convention import PIXELS, model_input
+from mlit_edge.stacks.nvinfer_rules import ModelFacts, check_nvinfer
+from mlit_edge.artifacts.preprocess import resize_images
+from mlit_edge.artifacts.sidecar import read_sidecar, write_sidecar
 from tests.helpers import cli, export_tiny, glib_keyfile, resigned_copy
 
 pytest.importorskip("onnx")

@@ -1,11 +1,11 @@
-"""The runtime's own reading of an ONNX graph (runtime/graph_scan.py): the same nodes as the onnx
+"""The runtime's own reading of an ONNX graph (artifacts/graph_scan.py): the same nodes as the onnx
 package reads, control flow and probability outputs refused, malformed bytes one line."""
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mlit_edge.runtime.graph_scan import GraphError, check_graph, nodes
+from mlit_edge.artifacts.graph_scan import GraphError, check_graph, nodes
 
 
 def _model(nodes_, output="logits", subgraph=None):
@@ -72,9 +72,9 @@ def test_the_version_gate_reads_the_graphs_own_opset_when_the_sidecar_lost_its_r
     from onnx import TensorProto, helper
 
     from mlit_edge.runtime.artifact import open_artifact
-    from mlit_edge.runtime.graph_scan import default_opset
-    from mlit_edge.runtime.schema import SidecarError
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.graph_scan import default_opset
+    from mlit_edge.artifacts.schema import SidecarError
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     graph = helper.make_graph([helper.make_node("Identity", ["images"], ["logits"])], "g",
                               [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 10])],

@@ -2,7 +2,7 @@
 lines that our code composed stays several lines."""
 import logging
 
-from mlit_edge.runtime.messages import log_lines, log_to_stderr
+from mlit_edge.base.messages import log_lines, log_to_stderr
 
 
 def test_a_composed_report_prints_line_by_line_and_a_forged_newline_stays_escaped(capsys):

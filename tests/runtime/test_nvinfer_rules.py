@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mlit_edge.runtime.glib_keyfile import READERS, KeyFileError, parse_keyfile
-from mlit_edge.runtime.deepstream_app_rules import app_group, check_app
-from mlit_edge.runtime.nvinfer_rules import ModelFacts, check_nvinfer, engine_cache_name
-from mlit_edge.runtime.plan_consumer import check_plan_consumer
+from mlit_edge.stacks.glib_keyfile import READERS, KeyFileError, parse_keyfile
+from mlit_edge.stacks.deepstream_app_rules import app_group, check_app
+from mlit_edge.stacks.nvinfer_rules import ModelFacts, check_nvinfer, engine_cache_name
+from mlit_edge.devices.plan_consumer import check_plan_consumer
 from tests.helpers import python_with_gi
 
 # every reader of GLib's key file DeepStream's parsers call, on every key (an error is recorded as "ERR")

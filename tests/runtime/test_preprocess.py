@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from mlit_edge.train.data import ImageSet, Loader
-from mlit_edge.runtime.preprocess import normalize, preprocess, resize_images, resize_weights
+from mlit_edge.artifacts.preprocess import normalize, preprocess, resize_images, resize_weights
 
 
 @pytest.mark.parametrize("n_in", [28, 32, 36, 57, 100, 500])
@@ -53,7 +53,7 @@ def test_device_normalisation_equals_numpy_eval_preprocessing():
 
 def test_first_line_of_any_exception():
     """One line of any error, never an IndexError on an empty message: the CLI, serve and bench print it."""
-    from mlit_edge.runtime.messages import first_line, typed_line
+    from mlit_edge.base.messages import first_line, typed_line
 
     assert first_line(ValueError("bad input\nTraceback details")) == "bad input"
     assert first_line(ValueError("\n  \nsecond")) == "second"
@@ -68,7 +68,7 @@ def test_the_banded_filter_is_the_dense_one_and_memory_follows_the_pixels():
     and a 1 x 1,000,000 image costs a few MB, not a 36 x 10^6 float64 matrix (288 MB)."""
     import tracemalloc
 
-    from mlit_edge.runtime import preprocess as P
+    from mlit_edge.artifacts import preprocess as P
 
     for n_in in (1, 7, 37, 5000, 12345):
         dense = np.zeros((36, n_in))

@@ -16,7 +16,7 @@ from mlit_edge.train.data import Loader, load_dataset, mnist5k_raw  # noqa: E402
 from mlit_edge.engine.plan import write_plan  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
-from mlit_edge.runtime.sidecar import sidecar_path  # noqa: E402
+from mlit_edge.artifacts.sidecar import sidecar_path  # noqa: E402
 from tests.helpers import ENV, NO_TORCH  # noqa: E402
 
 # every test here runs the trained model (tests/conftest.py), whose training is most of the fast subset's budget
@@ -85,7 +85,7 @@ def test_onnx_is_loaded_from_the_bytes_its_sidecar_verified(model_onnx, monkeypa
     of a file that could have been swapped in between."""
     import onnxruntime
 
-    import mlit_edge.runtime.sidecar as sidecar_mod
+    import mlit_edge.artifacts.sidecar as sidecar_mod
 
     hashed_files, sources = [], []
     real_session = onnxruntime.InferenceSession
@@ -155,7 +155,7 @@ def test_missing_tampered_or_mismatched_sidecar_is_refused(model_onnx, tmp_path)
         Classifier.load(art)
     # an engine built for a Jetson Orin with another TensorRT than this machine's: refused for that reason, whether
     # or not this machine has a GPU (a refusal for "no CUDA GPU" alone would not show the version is checked)
-    from mlit_edge.runtime.trt_env import EngineError, local_env
+    from mlit_edge.devices.trt_env import EngineError, local_env
 
     here = local_env("tensorrt")
     other = "8.5.2.2" if here.trt_version == "10.3.0" else "10.3.0"

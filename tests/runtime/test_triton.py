@@ -9,8 +9,8 @@ pytest.importorskip("onnx")
 pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
-from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
-from mlit_edge.runtime.triton_config import PARAMETER  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.stacks.triton_config import PARAMETER  # noqa: E402
 from tests.helpers import cli, tiny_model, fake_plan, model_config_pb2  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def named_onnx(folder: Path, inputs: str = "images", output: str = "logits", in_
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     graph = helper.make_graph([helper.make_node("Flatten", [inputs], ["flat"]),
                                helper.make_node("MatMul", ["flat", "w"], [output])], "g",
@@ -187,8 +187,8 @@ def test_a_long_artifact_name_says_the_length_is_the_problem(tiny, tmp_path):
 
 def test_a_config_that_does_not_parse_as_meant_is_never_written(tmp_path, monkeypatch):
     """The escaping undone: the parse-back finds the injected input, and nothing is published."""
-    from mlit_edge.runtime import triton_config
-    from mlit_edge.runtime.triton import write_repository
+    from mlit_edge.stacks import triton_config
+    from mlit_edge.stacks.triton import write_repository
 
     monkeypatch.setattr(triton_config, "quote", lambda text: f'"{text}"')
     art = named_onnx(tmp_path, INJECTED)
@@ -224,8 +224,8 @@ def test_a_planted_staging_link_or_folder_is_never_followed_nor_deleted(tiny, tm
 def test_without_tritonclient_the_config_is_not_written_and_the_error_says_what_to_install(tiny, tmp_path, monkeypatch):
     import sys
 
-    from mlit_edge.runtime import triton_config
-    from mlit_edge.runtime.triton import write_repository
+    from mlit_edge.stacks import triton_config
+    from mlit_edge.stacks.triton import write_repository
 
     triton_config.model_config_pb2.cache_clear()
     monkeypatch.setitem(sys.modules, "tritonclient", None)  # `import tritonclient` raises ImportError
@@ -241,7 +241,7 @@ def external_onnx(folder: Path, location=None) -> Path:
     """`named_onnx` saved with its weight in external data (x.data beside it); `location`: the one recorded."""
     import onnx
 
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     path = named_onnx(folder)
     model = onnx.load(str(path))
@@ -284,7 +284,7 @@ def test_external_data_linked_out_of_its_folder_is_refused(tmp_path):
 
 
 def test_an_ort_artifact_warns_which_onnxruntime_triton_must_ship_and_a_portable_one_does_not(tiny, tmp_path):
-    from mlit_edge.runtime.sidecar import write_sidecar
+    from mlit_edge.artifacts.sidecar import write_sidecar
 
     art = named_onnx(tmp_path)
     write_sidecar(art, {**json.loads(Path(f"{art}.json").read_text()), "runtime": "onnxruntime",

@@ -14,9 +14,9 @@ pytest.importorskip("onnx")
 pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
-from mlit_edge.runtime.sidecar import read_sidecar  # noqa: E402
-from mlit_edge.runtime.triton_config import Tensor  # noqa: E402
-from mlit_edge.runtime.triton_rules import check_config  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.stacks.triton_config import Tensor  # noqa: E402
+from mlit_edge.stacks.triton_rules import check_config  # noqa: E402
 from tests.helpers import cli, export_tiny, fake_plan, model_config_pb2  # noqa: E402
 
 
@@ -219,7 +219,7 @@ def test_check_config_takes_what_triton_takes(text, image):
 def test_every_config_export_triton_writes_passes_the_checker(variants, tmp_path):
     """The writer runs the checker itself (a config that broke a rule would be refused); here on what it wrote,
     read back by the test's own parser, for the GPU and the CPU."""
-    from mlit_edge.runtime.triton import onnx_io
+    from mlit_edge.stacks.triton import onnx_io
 
     for i, (art, more) in enumerate([(variants["fp16"], ()), (variants["int8"], ("--kind", "cpu"))]):
         cfg = exported(art, tmp_path / f"repo{i}", *more)

@@ -9,7 +9,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
-from mlit_edge.runtime.sidecar import read_sidecar, write_sidecar  # noqa: E402
+from mlit_edge.artifacts.sidecar import read_sidecar, write_sidecar  # noqa: E402
 from tests.helpers import cli, model_config_pb2  # noqa: E402
 
 

@@ -10,7 +10,7 @@
 cuda-python wheel that JetPack's install pins (signatures, return arities, enums and import paths:
 cudart.py). Both enforce the preconditions NVIDIA documents; a stand-in that accepts what the real library
 refuses is a defect. The JetPack -> (branch, TensorRT, cuda-python, CUDA) rows are read from the project's
-device table (mlit_edge/runtime/jetpacks.json), never restated here.
+device table (mlit_edge/devices/jetpacks.json), never restated here.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from .tensorrt import StandIn
 
 def _jetpacks() -> dict:
     """profile -> (TensorRT release branch, the TensorRT JetPack ships, cuda-python pin's major.minor, CUDA as
-    cudaDriverGetVersion answers it), read from the one device table (mlit_edge/runtime/jetpacks.json); 6.1 and 6.2
+    cudaDriverGetVersion answers it), read from the one device table (mlit_edge/devices/jetpacks.json); 6.1 and 6.2
     share a TensorRT, so 6.2 stands for both."""
-    from mlit_edge.runtime.profiles import load_table
+    from mlit_edge.devices.profiles import load_table
 
     out = {}
     for jetpack, row in load_table().items():

@@ -25,7 +25,7 @@ def _export(folder: Path, profile: str, convention: str = "normalised", input_dt
     from mlit_edge.export.onnx_export import export_onnx
     from mlit_edge.export.source import load_for_export
     from mlit_edge.export.variants import variant_of
-    from mlit_edge.runtime.profiles import PROFILES as DEVICE_PROFILES
+    from mlit_edge.devices.profiles import PROFILES as DEVICE_PROFILES
     from tests.helpers import tiny_model
 
     _, info = load_for_export(None, "xxs", 10, random_weights=True)
@@ -304,7 +304,7 @@ def test_tensorrt_8_5_pins_the_heads_gemm_bias_that_its_parser_leaves_unnamed(mo
     fp16 = graphs["jetpack-5.1"].with_name("m-fp16.onnx")
     install(monkeypatch, "jetpack-5.1")
     result = _build(tmp_path, fp16, precision="fp16", batch=1)
-    from mlit_edge.runtime.trt_env import deserialize
+    from mlit_edge.devices.trt_env import deserialize
 
     engine = deserialize(result.artifact.read_bytes(), result.record.to_dict(), result.artifact)
     import tensorrt as trt
@@ -350,7 +350,7 @@ def test_topk_k_must_be_less_than_3840(k, refused, tmp_path):
 def test_the_plan_records_the_devices_cuda_not_cuda_pythons_build_constant(profile, cuda, monkeypatch):
     """Item 10: cuda-python's cudaRuntimeGetVersion answers the version it was built against (11.8 with
     JetPack 5.1's pin), so a JetPack 5 plan said CUDA 11.8 on a CUDA 11.4 device."""
-    import mlit_edge.runtime.trt_env as trt_env
+    import mlit_edge.devices.trt_env as trt_env
 
     install(monkeypatch, profile)
     monkeypatch.setattr(trt_env, "cuda_toolkit", lambda: None)  # no /usr/local/cuda here: the driver answers
@@ -359,7 +359,7 @@ def test_the_plan_records_the_devices_cuda_not_cuda_pythons_build_constant(profi
 
 
 def test_the_cuda_toolkits_version_file_is_read(tmp_path):
-    from mlit_edge.runtime.trt_env import cuda_toolkit
+    from mlit_edge.devices.trt_env import cuda_toolkit
 
     (tmp_path / "version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "11.4.315"}}')
     assert cuda_toolkit(str(tmp_path / "version.json")) == "11.4"

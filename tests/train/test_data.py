@@ -196,7 +196,7 @@ def test_image_folder_reads_pixels_as_the_runtime_and_walks_links_safely(tmp_pat
     from PIL import Image
 
     from mlit_edge.runtime.images import load_image
-    from mlit_edge.runtime.preprocess import resize_images
+    from mlit_edge.artifacts.preprocess import resize_images
     from mlit_edge.train.image_folder import read_images, scan
 
     root = tmp_path / "set"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .messages import printable, require_file
-from .schema import ArtifactRecord
-from .sidecar import read_sidecar
-from .textfile import read_bytes, read_json, read_text
+from ..base.messages import printable, require_file
+from ..artifacts.schema import ArtifactRecord
+from ..artifacts.sidecar import read_sidecar
+from ..base.textfile import read_bytes, read_json, read_text
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .glib_keyfile import READERS, KeyFileError, parse_keyfile
 from .nvinfer_rules_data import IO_FORMATS, IO_TYPES, MAX_BATCH, MIN_OBJECT, NETWORK_MODES, PROPERTY, Entry
-from .textfile import read_text
+from ..base.textfile import read_text
 
 # the keys only GST should_infer_object reads, which only gst_nvinfer_process_objects calls (process-mode=2)
 OBJECT_KEYS = ("operate-on-gie-id", "operate-on-class-ids", "input-object-min-width", "input-object-min-height",

@@ -16,14 +16,14 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from .artifact import FORMATS
+from .formats import SUFFIXES
 from .schema import ArtifactRecord
 from .sidecar import read_sidecar, recover_publishes
 
 logger = logging.getLogger(__name__)
 
 # what appears in the temporaries of what builds write: their artifacts and calibration manifests
-ARTIFACT_MARKS = (*FORMATS["onnxruntime"].suffixes, *FORMATS["tensorrt"].suffixes, ".calib.json")
+ARTIFACT_MARKS = (*SUFFIXES["onnxruntime"], *SUFFIXES["tensorrt"], ".calib.json")
 
 
 def check_writable(folder: str | Path, what: str) -> None:

@@ -2,7 +2,7 @@
 is written (`export-deepstream`, `export-triton`); an ONNX is always accepted (the consumer builds it).
 
 - A TensorRT-RTX plan is refused by both: TensorRT-RTX engines are deserialized by TensorRT-RTX's own
-  runtime (`runtime.trt_env.deserialize` opens a plan with the module that built it), and neither consumer
+  runtime (`devices.trt_env.deserialize` opens a plan with the module that built it), and neither consumer
   links it: DeepStream's nvinfer links libnvinfer (DeepStream 6.2, sources/libs/nvdsinfer/Makefile:
   `-lnvinfer -lnvinfer_plugin -lnvonnxparser`), Triton's TensorRT backend too
   (triton-inference-server/tensorrt_backend CMakeLists.txt, commit 01ec6ba: `find_library(NVINFER_LIBRARY NAMES
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Tuple
 
-from .schema import ArtifactRecord
+from ..artifacts.schema import ArtifactRecord
 from .trt_env import MODULES
 
 CONSUMERS = {"deepstream": "DeepStream's nvinfer", "triton": "Triton's TensorRT backend"}

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import __version__
-from .compat import removesuffix
-from .messages import printable
-from .textfile import read_json
+from ..base.compat import removesuffix
+from ..base.messages import printable
+from ..base.textfile import read_json
 
 
 class SidecarError(ValueError):

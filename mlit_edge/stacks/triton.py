@@ -19,15 +19,15 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
-from .artifact import BATCH_PROFILE
-from .graph_scan import default_opset
+from ..runtime.artifact import BATCH_PROFILE
+from ..artifacts.graph_scan import default_opset
 from .graph_record import LOGITS, check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
-from .input_convention import describe, onnx_dtype_name
-from .messages import require_file
-from .plan_consumer import check_plan_consumer, engine_io
-from .schema import ArtifactRecord, classifier_fields, onnxruntime_needed, version_pair
-from .sidecar import atomic_path, read_sidecar
-from .staging import staged_folder
+from ..artifacts.input_convention import describe, onnx_dtype_name
+from ..base.messages import require_file
+from ..devices.plan_consumer import check_plan_consumer, engine_io
+from ..artifacts.schema import ArtifactRecord, classifier_fields, onnxruntime_needed, version_pair
+from ..artifacts.sidecar import atomic_path, read_sidecar
+from ..artifacts.staging import staged_folder
 from .triton_config import LABELS, TRITON_TYPES, Tensor, check_tensors, checked_config, placement
 
 PLATFORMS = {".plan": ("tensorrt_plan", "model.plan"), ".onnx": ("onnxruntime_onnx", "model.onnx")}
@@ -193,7 +193,7 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         if artifact.suffix != ".onnx":
             raise ValueError(f"--probabilities: {artifact.name} is a plan, which cannot be edited; pass the .onnx, or "
                              "build a plan from a graph that ends in probabilities")
-        from .graph_outputs import with_probabilities
+        from ..artifacts.graph_outputs import with_probabilities
 
         try:
             served = with_probabilities(content)

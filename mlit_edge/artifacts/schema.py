@@ -13,9 +13,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
-from .input_convention import check_input_field, check_sidecar_input
+from .input_convention import check_input_field
 from .sidecar import SidecarError
-from .runners import Runner, check_threads
+from ..base.values import check_threads
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
 MAX_STATIC_BATCH = 4096  # [ours] a fixed batch beyond this is padded per call: 10^6 took 14.5 GiB for one image
@@ -70,11 +70,11 @@ class ArtifactRecord(Mapping):
     max_batch: int | None = None  # engine.flags.profile.max of a dynamic-batch plan
     engine_io: Mapping[str, Any] | None = None  # engine.io: the plan's inputs and outputs
     calibration_sha256: str | None = None  # the INT8 calibration manifest's
-    profile: str | None = None  # the device profile's name (runtime.profiles); None: made before profiles
+    profile: str | None = None  # the device profile's name (devices.profiles); None: made before profiles
     fp32_layers: tuple[str, ...] = ()  # the ONNX nodes that compute in fp32 in a reduced-precision graph
     builder_module: str | None = None  # a plan's engine.builder: the TensorRT module and version that built it
     builder_version: str | None = None
-    device: Mapping[str, Any] = field(default_factory=dict)  # a plan's engine.device (runtime.trt_env.DeviceEnv)
+    device: Mapping[str, Any] = field(default_factory=dict)  # a plan's engine.device (devices.trt_env.DeviceEnv)
     dla_core: int | None = None  # a plan's engine.dla_core: the DLA core it was built for; None: the GPU
     min_batch: int | None = None  # engine.flags.profile.min: equal to max_batch for a static --batch N build
 
@@ -267,33 +267,3 @@ def classifier_fields(record: dict, path: str | Path) -> None:
         raise SidecarError(f"{Path(path).name}.json lacks {missing}: not an mlit-edge classifier sidecar; "
                            "rebuild the artifact with mlit-edge build")
     check_record(record, path)
-
-
-def check_against_model(record: dict, runner: Runner, path: str | Path) -> None:
-    """The sidecar's input size, input convention and class count against the loaded model's own."""
-    where = f"{Path(path).name}.json"
-    check_sidecar_input(record, runner.input_name if runner.input_names else None, path, runner.input_dtype)
-    pre = ArtifactRecord.of(record).preprocess
-    size = pre.size if pre else None
-    shape = runner.input_shape
-    if size is not None and len(shape) == 4 and (shape[1] != 3 or tuple(shape[2:]) != (size, size)):
-        raise SidecarError(f"{where}: preprocess.size is {size}, but the model's input is {shape[1]}x{shape[2]}x"
-                           f"{shape[3]}; rebuild the artifact with mlit-edge")
-    if len(shape) != 4:
-        raise SidecarError(f"{where}: the model's input has {len(shape)} dimensions, expected 4 (N, 3, H, W): not an "
-                           "mlit-edge classifier")
-    if runner.input_dtype not in (None, "float32", "uint8"):  # uint8: a pixels graph's (checked just above)
-        raise SidecarError(f"{Path(path).name}: the model's input is {runner.input_dtype}, expected float32 or uint8 "
-                           "(N, 3, H, W): not an mlit-edge classifier")
-    if shape and isinstance(shape[0], int) and not 1 <= shape[0] <= MAX_STATIC_BATCH:
-        raise SidecarError(f"{where}: the model's input has a fixed batch of {shape[0]}, expected 1 to "
-                           f"{MAX_STATIC_BATCH} (each call is padded to it); rebuild it with a smaller --batch")
-    logits = runner.output_shapes.get("logits")
-    if logits is None or len(logits) != 2:
-        raise SidecarError(f"{where}: the model's output 'logits' is "
-                           f"{'missing' if logits is None else f'of rank {len(logits)}'}, expected (N, classes): "
-                           "not an mlit-edge classifier")
-    classes = record.get("classes")
-    if classes is not None and logits and logits[-1] is not None and logits[-1] != len(classes):
-        raise SidecarError(f"{where}: classes lists {len(classes)} names, but the model outputs {logits[-1]} "
-                           "logits; rebuild the artifact with mlit-edge")

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple
 
-from .textfile import read_json
+from ..base.textfile import read_json
 
 # a plain file beside the module (package-data in pyproject.toml): json reads it on any Python, no importlib.resources
 TABLE = Path(__file__).with_name("jetpacks.json")
@@ -113,7 +113,7 @@ def match_release(l4t: str, table: Dict[str, dict]) -> Optional[Tuple[str, str]]
 
 def _profile(jetpack: str, row: dict) -> DeviceProfile:
     if jetpack not in PARSER:
-        raise ValueError(f"jetpacks.json has JetPack {jetpack}, and runtime/profiles.py PARSER has no parser facts "
+        raise ValueError(f"jetpacks.json has JetPack {jetpack}, and devices/profiles.py PARSER has no parser facts "
                          "for it (opset, LayerNorm, TopK, typing): add its line")
     max_opset, opset, layernorm, topk, strong = PARSER[jetpack]
     return DeviceProfile(f"jetpack-{jetpack}", jetpack, l4t_lines(row["l4t"]), row["tensorrt_major_minor"],

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
 
-from .plan_consumer import MAX_DIM, valid_dim  # Triton's dims are int64; past 2^31 - 1 a record is forged
+from ..devices.plan_consumer import MAX_DIM, valid_dim  # Triton's dims are int64; past 2^31 - 1 a record is forged
 from .triton_rules import ONNX, PLAN, PRECISION_MODES, check_config
 
 # TensorRT's dtype names (`engine.io`, as `trt.DataType`) and numpy's (an ONNX graph) to Triton's

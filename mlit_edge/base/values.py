@@ -219,3 +219,18 @@ def validate(obj: Any) -> None:
         rule = f.metadata.get("rule")
         if rule is not None:
             object.__setattr__(obj, f.name, check_value(rule, getattr(obj, f.name), option_name(obj, f.name)))
+
+
+THREADS_PER_CORE = 8  # [ours] past this, threads only contend; far past it the runtime crashes starting them
+
+
+def max_threads() -> int:
+    """The most threads a runtime is asked to start here: 8 per core."""
+    return THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_threads(threads, where: str) -> None:
+    """ValueError naming `where` unless `threads` is None or an integer from 1 to `max_threads()`."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or not 1 <= threads <= max_threads()):
+        raise ValueError(f"{where} is {threads!r}, expected an integer from 1 to {max_threads()} (8 per core here)")

@@ -5,7 +5,7 @@ The sidecar's sha256 proves only that it was written for these bytes: a sidecar 
 graph, a graph of another model, or a one-node graph, would otherwise be published as a DeepStream or Triton model
 that contradicts its own config (3 labels for 10 logits, a 72x72 `preprocess.size` for a 36x36 input, INT8 mode
 for a graph without Q/DQ). `GraphIO` holds the I/O fields of the Runner contract (`runners.Runner`) read from the
-graph's bytes or a plan's recorded `engine.io`, and `schema.check_against_model` (predict's check, which reads
+graph's bytes or a plan's recorded `engine.io`, and `model_io.check_against_model` (predict's check, which reads
 those fields alone) refuses the same contradictions here in the same words.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .plan_consumer import PlanTensor, engine_io
-from .schema import check_against_model
-from .sidecar import SidecarError
+from ..devices.plan_consumer import PlanTensor, engine_io
+from ..artifacts.model_io import check_against_model
+from ..artifacts.sidecar import SidecarError
 
 LOGITS = "logits"
 TRT_DTYPES = {"float": "float32", "half": "float16", "int8": "int8", "int32": "int32", "int64": "int64",
@@ -54,7 +54,7 @@ def parse_onnx(content: bytes, path: str | Path) -> Any:
 
 def onnx_graph_io(model: Any) -> GraphIO:
     """`GraphIO` of a parsed ONNX model (weights left out of its inputs)."""
-    from .input_convention import onnx_dtype_name
+    from ..artifacts.input_convention import onnx_dtype_name
 
     graph = model.graph
     weights = {t.name for t in graph.initializer}
@@ -82,7 +82,7 @@ def plan_graph_io(record: Mapping[str, Any], path: str | Path) -> GraphIO:
 
 def check_sidecar(record: Mapping[str, Any], io: GraphIO, path: str | Path, scores: Optional[str] = LOGITS) -> None:
     """Refuse, in one line, a sidecar that contradicts the graph: no input, or predict's refusals
-    (`schema.check_against_model`: input convention and dtype, (N, 3, S, S) against preprocess.size, a class name
+    (`model_io.check_against_model`: input convention and dtype, (N, 3, S, S) against preprocess.size, a class name
     per logit), or precision int8 on a graph without Q/DQ, or the reverse (nvinfer and ONNX Runtime's TensorRT
     accelerator would set TensorRT's INT8 mode on a float graph with no scales, or leave it off a Q/DQ one). An
     ONNX Runtime graph (runtime "onnxruntime": integer matmuls, no QuantizeLinear) keeps its own INT8 form.
@@ -94,7 +94,7 @@ def check_sidecar(record: Mapping[str, Any], io: GraphIO, path: str | Path, scor
                            "classifier; export it again")
     if scores is not None and scores != LOGITS and scores in io.output_shapes:
         io = replace(io, output_shapes={LOGITS: io.output_shapes[scores]})
-    check_against_model(dict(record), io, path)  # type: ignore[arg-type]  # GraphIO carries the Runner's fields
+    check_against_model(dict(record), io, path)  # GraphIO is a ModelIO
     int8 = record.get("precision") == "int8"
     if io.quantized is None or record.get("runtime") == "onnxruntime" or int8 == io.quantized:
         return

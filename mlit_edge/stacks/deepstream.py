@@ -45,15 +45,15 @@ from .deepstream_app import (APP, CONFIG, LABELS, SAMPLE_STREAM, Secondary, app_
                              secondary_keys)
 from .deepstream_app_rules import check_app
 from .glib_keyfile import keyfile_text
-from .graph_outputs import PROBABILITIES, io_facts, with_probabilities
+from ..artifacts.graph_outputs import PROBABILITIES, io_facts, with_probabilities
 from .graph_record import check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
-from .input_convention import NORMALISED, PIXELS, UINT8, convention_of, describe, dtype_of
-from .messages import printable, require_file
+from ..artifacts.input_convention import NORMALISED, PIXELS, UINT8, convention_of, describe, dtype_of
+from ..base.messages import printable, require_file
 from .nvinfer_rules import MAX_BATCH, ModelFacts, check_nvinfer, engine_cache_name
-from .plan_consumer import check_plan_consumer, engine_io
-from .staging import staged_folder
-from .schema import ArtifactRecord, check_runtime, classifier_fields
-from .sidecar import read_sidecar, user_fields, write_sidecar
+from ..devices.plan_consumer import check_plan_consumer, engine_io
+from ..artifacts.staging import staged_folder
+from ..artifacts.schema import ArtifactRecord, check_runtime, classifier_fields
+from ..artifacts.sidecar import read_sidecar, user_fields, write_sidecar
 
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode (NvDsInferNetworkMode)
 CALIB = "int8-calib-file.txt"
