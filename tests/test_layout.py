@@ -274,3 +274,17 @@ def test_the_readme_layout_names_every_module():
         if not re.search(rf"(?<![\w.]){re.escape(path.stem)}(?![\w])", text):
             missing.append(str(rel))
     assert not missing, f"the README's layout section does not name: {', '.join(missing)}"
+
+
+def test_no_package_file_is_ignored_by_git():
+    """A module git ignores never reaches a clean clone (a root-level `artifacts/` rule once hid
+    mlit_edge/artifacts/): every package file must be one git would commit."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (PACKAGE.parent / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(files), text=True,
+                          capture_output=True, cwd=PACKAGE.parent)
+    assert proc.stdout.strip() == "", f"git ignores package files: {proc.stdout.split()}"
