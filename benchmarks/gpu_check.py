@@ -82,7 +82,7 @@ def _step(model, opt, x, y, torch, dtype=None, scaler=None) -> float:
     else:
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def check_fp16_amp(size: str, iters: int, torch) -> tuple[bool, str]:
