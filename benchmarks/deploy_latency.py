@@ -142,7 +142,7 @@ def build_stages(model, info: dict, work: Path, threads: int, openvino: bool) ->
                 "onnxruntime int8 (TensorRT QDQ)": variant_of(fp32, "int8", quiet),
                 INT8_FUSED: variant_of(forms[ORT_ATTENTION], "int8", quiet, runtime="onnxruntime"),
                 INT8_TODAY: variant_of(fp32, "int8", quiet, runtime="onnxruntime")}
-    records.update({name: v.record for name, v in variants.items()})
+    records.update({name: v.record.to_json() for name, v in variants.items()})
     shape = (None, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
     ort = {"threads": threads, "session": ORT_SESSION}
     stages: dict[str, Runner] = {

@@ -239,7 +239,8 @@ def check_profile_engines(iters: int) -> tuple[bool, str, list[str]]:
         for precision in ("fp32", "fp16", "int8"):
             result = run_build(BuildRequest(size="xxs", precision=precision, target="tensorrt", out=out,
                                             calib_cache=None))
-            flags = result.record["engine"]["flags"]
+            record = result.record.to_json()  # the plan's sidecar as written
+            flags = record["engine"]["flags"]
             with Classifier.load(result.artifact) as clf:
                 p50 = {}
                 for b in (1, 64):
@@ -249,7 +250,7 @@ def check_profile_engines(iters: int) -> tuple[bool, str, list[str]]:
                 logits, _ = predict_all(clf.runner, images, 64)
             top1 = float((logits.argmax(-1) == labels).mean())
             rows.append(f"| {env.module or env.gpu_name} | {profile.name} | {precision} | "
-                        f"{'strong' if flags['strongly_typed'] else 'weak'} | {result.record['engine']['build_s']} | "
+                        f"{'strong' if flags['strongly_typed'] else 'weak'} | {record['engine']['build_s']} | "
                         f"{p50[1]:.3f} | {p50[64]:.3f} | {top1:.4f} |")
     return True, f"{profile.describe()}: 3 engines built and run", rows
 

@@ -25,9 +25,12 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mlit_edge.artifacts.schema import ArtifactRecord
 
 
 def _versions() -> dict:
@@ -65,7 +68,7 @@ def _images(n: int, size: int, folder: Optional[Path]) -> list:
     return [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(n)]
 
 
-def _fused_attention(plan: Path, record: dict) -> str:
+def _fused_attention(plan: Path, record: ArtifactRecord) -> str:
     """The built engine's own answer: its layer count and the layers that carry a fused attention kernel."""
     from mlit_edge.bench.engine_compare import layer_summary
     from mlit_edge.devices.trt_env import deserialize, import_trt
@@ -170,15 +173,16 @@ def _dla_graphs(graphs: List[Path]) -> list:
 def _build(run_build, request, onnx: Path, precision: str, batch, dla_core, folder: Path, built: dict) -> str:
     result = run_build(request(onnx=str(onnx), target="tensorrt", precision=precision, batch=batch, dla_core=dla_core,
                                out=str(folder)))
-    built.update(plan=result.artifact, record=result.record.to_dict())
-    flags = result.record["engine"]["flags"]
+    record = result.record.to_json()  # the plan's sidecar as written
+    built.update(plan=result.artifact, record=result.record)
+    flags = record["engine"]["flags"]
     prof = flags["profile"]
     shape = f"static {prof['min']}" if prof.get("min") == prof.get("max") else f"{prof['min']}/{prof['opt']}/{prof['max']}"
     dla = flags.get("dla")
     where = (f"; DLA {dla['dla_layers']} / GPU {dla['gpu_fallback_layers']} layers ({dla.get('basis', 'requested')})"
              if dla else "")
     typing = "strongly typed" if flags["strongly_typed"] else "weakly typed"
-    return f"{typing}, profile {shape}, {result.record['engine']['build_s']} s, {result.record['bytes'] / 1e6:.2f} MB{where}"
+    return f"{typing}, profile {shape}, {record['engine']['build_s']} s, {record['bytes'] / 1e6:.2f} MB{where}"
 
 
 def _print(versions: dict, rows: List[dict], cores: int, echo: Callable[[str], None]) -> None:

@@ -21,7 +21,13 @@ from typing import Any
 
 from .bench.call import Report, bench  # the API's bench is the bench stage's own call
 from .base.messages import escaped
-from .artifacts.schema import ArtifactRecord
+from .artifacts.schema import ArtifactRecord, read_record
+from .export.pipeline import run_export
+from .export.requests import BuildRequest, ExportOptions, ExportRequest
+from .engine.build import run_build
+from .export.calibration import default_cache_dir
+from .export.source import open_source
+from .base.values import PathArg, check_value
 
 __all__ = ["Artifact", "Model", "Report", "bench", "load"]
 SOURCE_FIELDS = ("checkpoint", "size", "num_classes", "random_weights")  # fixed by `load`, not by `export`
@@ -36,8 +42,6 @@ class Artifact(os.PathLike):
 
     @classmethod
     def read(cls, path: str | Path) -> "Artifact":
-        from .artifacts.schema import read_record
-
         return cls(Path(path), read_record(Path(path)))
 
     def __fspath__(self) -> str:
@@ -81,9 +85,6 @@ class Model:
         """`mlit-edge export`: the fp32 ONNX, checked against PyTorch, and the variant asked for beside it
         (`precision="fp16"` returns that artifact; `precisions=("fp16", "int8")` a list, one per precision).
         Keywords are `ExportRequest`'s (`out`, `jetpack`, `opset`, `batch`, `calib_data`, ...)."""
-        from .export.pipeline import run_export
-        from .export.requests import ExportRequest
-
         single = "precision" in kw
         if single:
             if "precisions" in kw:
@@ -105,10 +106,6 @@ class Model:
     def build(self, **kw: Any) -> Artifact:
         """`mlit-edge build`: the export, then the engine (a TensorRT .plan, or the ONNX for ONNX Runtime where
         TensorRT is absent). Keywords are `BuildRequest`'s (`precision`, `target`, `out`, `jetpack`, ...)."""
-        from .engine.build import run_build
-        from .export.calibration import default_cache_dir
-        from .export.requests import BuildRequest
-
         kw.setdefault("calib_cache", str(default_cache_dir()))  # the CLI's default (--no-calib-cache: None)
         return Artifact.read(run_build(_request(BuildRequest, "build", self.spec, kw), self.source).artifact)
 
@@ -125,10 +122,6 @@ class Model:
 def load(spec: str | os.PathLike) -> Model:
     """A model to export and bench: a checkpoint path (`.pt`, or a `model.safetensors` with its config.json)
     or `pretrained:NAME` (`mlit-edge pretrained` lists them)."""
-    from .export.requests import ExportOptions
-    from .export.source import open_source
-    from .base.values import PathArg, check_value
-
     # '' or None would be "no checkpoint", which opens the default pretrained model: refused as the CLI refuses it
     spec = check_value(PathArg(), spec, "--checkpoint")
     return Model(spec, open_source(ExportOptions(checkpoint=spec)))

@@ -10,6 +10,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .bench.options import BenchConfig
+from .bench.suite import bench_and_save
+from .engine.build import BuildRequest, run_build
+from .export.source import open_source
+from .train.pretrained import default_for, describe_spec as describe
+
 logger = logging.getLogger(__name__)
 
 
@@ -21,12 +27,6 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: boo
     `overrides` are MLiTConfig fields, as `train --set` takes them (with `train` only). Training follows the
     from-scratch recipe of docs/training.md: positions start at the sin-cos table unless `overrides` say otherwise.
     """
-    from .bench.options import BenchConfig
-    from .bench.suite import bench_and_save
-    from .engine.build import BuildRequest, run_build
-    from .export.source import open_source
-    from .train.pretrained import default_for, describe_spec as describe
-
     out = Path(out)
     if train:
         ckpt = str(_train(out / "run", size, epochs, batch_size, lr, progress, overrides))

@@ -2,8 +2,8 @@
 
 The suite runs on two pytest-xdist workers (`-n auto` in pyproject.toml). Each worker, and every
 CLI it starts, uses one thread, so two workers fill a 2-core machine without fighting over it; the
-end-to-end tests marked `slow` are handed out first, so that neither worker is left with a long one
-at the end; and the trained checkpoint that many tests share is trained once for all workers.
+modules of the end-to-end tests marked `slow` are handed out first, so that neither worker is left with a
+long one at the end; and the trained checkpoint that many tests share is trained once for all workers.
 
 `python -m pytest -m "not slow"` is the fast subset (under 2 minutes on 2 cores; the README's test
 command runs everything). `slow` marks the end-to-end runs, the TensorRT-RTX builds, training, the
@@ -25,10 +25,27 @@ import torch  # noqa: E402
 from mlit_edge.model.config import MLiTConfig  # noqa: E402
 
 SMALL = dict(img_size=36, num_classes=10, dim=24, depth=3, heads=4, groups=2, hidden_first=16, hidden_last=8)
+# The modules of the longest tests, longest first (15-90 s each on the 2-core machine, --durations): they start
+# the run, so that no worker begins one while the other is running out of tests. Worksteal hands each worker a
+# contiguous half of the order and steals from the end of a queue, so whatever runs last is short.
+LONGEST = ("tests/test_api.py", "tests/test_quickstart.py", "tests/engine/test_build.py", "tests/engine/test_profiles.py",
+           "tests/export/test_raw_input.py", "tests/standins/test_jetpack_paths.py")
+
+
+def _module_ranks(items) -> dict[str, int]:
+    """Each module's place in the run: the LONGEST in their order, then the other modules with a slow test,
+    then the rest. Whole modules move, never single tests: a module-scoped fixture (an export, a stand-in's
+    graphs) is then made once per worker, not again for each run of its module's tests."""
+    ranks: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        rank = LONGEST.index(module) if module in LONGEST else len(LONGEST) + (item.get_closest_marker("slow") is None)
+        ranks[module] = min(rank, ranks.get(module, rank))
+    return ranks
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow end-to-end tests first (a stable sort: the rest keep their order). Training the shared
+    """The modules of slow end-to-end tests first, the longest leading (`_module_ranks`). Training the shared
     checkpoint takes a minute or more on one core, so every test that needs it must be marked `slow`:
     the fast subset never trains it."""
     unmarked = [item.nodeid for item in items if "trained_checkpoint" in getattr(item, "fixturenames", ())
@@ -36,7 +53,8 @@ def pytest_collection_modifyitems(config, items):
     if unmarked:
         raise pytest.UsageError("these tests use the trained checkpoint but are not marked slow (the fast subset, "
                                 "-m 'not slow', must not train it): " + ", ".join(unmarked))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    ranks = _module_ranks(items)
+    items.sort(key=lambda item: ranks[item.nodeid.split("::")[0]])  # stable: each module keeps its own order
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
-"""What several test files share: the CLI run as a user runs it, in a subprocess, and tiny models.
+"""What several test files share: the CLI run as a user runs it (in a subprocess, or in this process where a
+process of its own proves nothing more), and tiny models.
 
 Test modules import shared code from here (and get shared fixtures from conftest.py), never from
 another test module."""
@@ -30,6 +31,39 @@ TINY = ["--set", "dim=12", "--set", "heads=2", "--set", "groups=1", "--set", "de
 def cli(*args, check: bool = True, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     """`mlit-edge ARGS` in a subprocess (output captured); asserts a zero exit unless `check` is False."""
     proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env or ENV, **kw)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def run_cli(*args, check: bool = True, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`mlit-edge ARGS` in this process (click's runner), as `cli` reports it: for tests of what a command
+    writes, prints and exits with, where a process of its own (a torch import each) would prove nothing more.
+    Signals, imports and installs stay with `cli`. An exception that escapes the command's one-line handling
+    ends as in a process: its traceback on stderr, exit status 1. `env` adds variables for the call."""
+    import contextlib
+    import traceback
+
+    from click.testing import CliRunner
+
+    from mlit_edge.cli import main
+
+    import torch  # conftest imported it already
+
+    # commands set these process-wide (bench --threads, train --deterministic): the worker's next tests must not
+    # inherit them
+    state = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    try:
+        with contextlib.chdir(cwd or Path.cwd()):
+            r = CliRunner().invoke(main, [*map(str, args)], env=env)
+    finally:
+        torch.set_num_threads(state[0])
+        torch.use_deterministic_algorithms(state[1])
+        torch.backends.cudnn.benchmark = state[2]
+    stderr = r.stderr
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(r.exception))
+    proc = subprocess.CompletedProcess([*CLI, *map(str, args)], r.exit_code, r.stdout, stderr)
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

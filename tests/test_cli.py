@@ -1,10 +1,9 @@
 import json
-import subprocess
-import sys
 
 from click.testing import CliRunner
 
 from mlit_edge.cli import main
+from tests.helpers import run_cli
 
 
 def test_info_prints_per_layer_table():
@@ -32,8 +31,7 @@ def test_info_json_totals_agree_with_rows():
 
 
 def test_bad_size_is_one_line_error_with_valid_names():
-    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "info", "--size", "huge"],
-                          capture_output=True, text=True)
+    proc = run_cli("info", "--size", "huge", check=False)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == ["Error: unknown model size 'huge'; valid sizes: s, xs, xxs"]
     assert "Traceback" not in proc.stderr

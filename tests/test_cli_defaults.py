@@ -14,21 +14,18 @@ import pytest
 from mlit_edge.bench.options import BenchConfig, provider_names
 from mlit_edge.cli import main
 from mlit_edge.export.requests import BuildRequest, ExportRequest
-from mlit_edge.runtime.stream import StreamOptions
+from mlit_edge.runtime.stream_options import StreamOptions
+from mlit_edge.train.run_config import RunConfig
 
 
-def run_config():
-    pytest.importorskip("torch")
-    from mlit_edge.train.fit import RunConfig
-
-    return RunConfig
 
 
 # command -> (the dataclass its options fill, what its command line needs besides them)
 FILLS = {"export": (lambda: ExportRequest, []), "build": (lambda: BuildRequest, []),
          "bench": (lambda: BenchConfig, ["a.onnx"]),
          "stream": (lambda: StreamOptions, ["clip.mp4", "--model", "m.onnx"]),
-         "train": (run_config, []), "pretrain": (run_config, []), "finetune": (run_config, ["--from", "mmlit.pt"])}
+         "train": (lambda: RunConfig, []), "pretrain": (lambda: RunConfig, []),
+         "finetune": (lambda: RunConfig, ["--from", "mmlit.pt"])}
 # options whose text the command turns into the field's value itself: compared as it turns them
 CONVERTED = {("bench", "providers"): provider_names,
              ("stream", "camera"): lambda text: tuple(int(v) for v in text.replace("@", "x").split("x"))}

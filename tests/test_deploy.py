@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_cli
+
 DEPLOY = Path(__file__).parent.parent / "deploy"
 SCRIPTS = sorted(DEPLOY.glob("*.sh"))
 
@@ -42,7 +44,7 @@ def test_shellcheck(script):
 
 
 def _cli_help(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlit_edge.cli", *args, "--help"], capture_output=True, text=True)
+    return run_cli(*args, "--help", check=False)
 
 
 def test_systemd_unit_is_well_formed_and_runs_a_real_command():

@@ -21,7 +21,7 @@ from tests.hostile_corpus import make_corpus, png_bomb  # noqa: E402
 from mlit_edge.cli import main  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
-from tests.helpers import CLI, ENV, ROOT  # noqa: E402
+from tests.helpers import CLI, ENV, ROOT, run_cli  # noqa: E402
 
 
 
@@ -245,8 +245,7 @@ def test_a_kill_between_the_renames_of_a_pair_leaves_the_old_pair_or_the_new(goo
     out = tmp_path / "out"
     args = ["build", "--checkpoint", str(ckpt), "--precision", "fp32", "--target", "onnxruntime", "--no-eval",
             "--out", str(out)]
-    first = subprocess.run([*CLI, *args, "--batch", "2"], capture_output=True, text=True, env=ENV)
-    assert first.returncode == 0, first.stderr[-2000:]
+    run_cli(*args, "--batch", "2")  # the build before and the one after in this process; the killed one in its own
     target = out / "mlit-xxs-custom-fp32-ort.onnx"
     old = sha(target)
     hook = tmp_path / "hook"
@@ -259,8 +258,7 @@ def test_a_kill_between_the_renames_of_a_pair_leaves_the_old_pair_or_the_new(goo
     assert (record["batch"] == 2 and sha(target) == old) if which == "old" else record["batch"] == 1
     with Classifier.load(target) as clf:
         assert clf.predict([np.zeros((28, 28), np.uint8)])[0].prob > 0
-    done = subprocess.run([*CLI, *args, "--batch", "1"], capture_output=True, text=True, env=ENV)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_cli(*args, "--batch", "1")
     assert read_sidecar(target)["batch"] == 1 and not list(out.glob(".*"))
 
 
@@ -334,9 +332,8 @@ def test_a_checkpoint_s_size_field_never_names_a_file(trained_checkpoint, tmp_pa
     evil = tmp_path / "evil.pt"
     torch.save(state, evil)
     (tmp_path / "out" / "mlit-a").mkdir(parents=True)  # the folder a traversal would go through
-    proc = subprocess.run([*CLI, "build", "--checkpoint", str(evil), "--precision", "fp32", "--target", "onnxruntime",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=ENV, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-1500:]
+    proc = run_cli("build", "--checkpoint", evil, "--precision", "fp32", "--target", "onnxruntime", "--out",
+                   tmp_path / "out")
     made = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file() and p != evil)
     stem = "mlit-xxs-custom" if claimed == "xxs" else "mlit-custom"  # the tiny config is not XXS's; others: custom
     assert made == [f"out/{stem}-fp32-ort.onnx", f"out/{stem}-fp32-ort.onnx.json"], made

@@ -32,9 +32,9 @@ def no_work(monkeypatch):
     def reached(*a, **k):
         pytest.fail("a hostile value reached the export, build or bench stage")
 
-    monkeypatch.setattr("mlit_edge.export.pipeline.run_export", reached)
-    monkeypatch.setattr("mlit_edge.engine.build.run_build", reached)
-    monkeypatch.setattr("mlit_edge.bench.suite.bench_and_save", reached)
+    monkeypatch.setattr("mlit_edge.api.run_export", reached)  # where the API calls them from
+    monkeypatch.setattr("mlit_edge.api.run_build", reached)
+    monkeypatch.setattr("mlit_edge.bench.call.bench_and_save", reached)
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def test_export_takes_a_path_for_out(model, monkeypatch, tmp_path):
         seen["out"] = req.out
         return []
 
-    monkeypatch.setattr("mlit_edge.export.pipeline.run_export", fake)
+    monkeypatch.setattr("mlit_edge.api.run_export", fake)
     with pytest.raises(KeyError):  # the fake made nothing, so the precision asked for is missing
         model.export(out=tmp_path / "m.onnx", jetpack=6.2, pad_heads=24)
     assert seen["out"] == str(tmp_path / "m.onnx")
@@ -256,10 +256,12 @@ def test_predict_refuses_a_hostile_top_k(tiny_onnx, top_k, error, words):
 
 def test_api_errors_quoting_a_file_are_escaped(tmp_path):
     """A plan's recorded module name reached the caller raw (an escape code in an exception or a warning)."""
+    from mlit_edge.artifacts.schema import ArtifactRecord
     from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible
 
-    record = {"artifact": "m.plan", "engine": {"builder": {"module": "tensorrt\x1b]0;PWNED\x07", "version": "10.3"}},
-              "device": {}, "target": "tensorrt"}
+    builder = {"module": "tensorrt\x1b]0;PWNED\x07", "version": "10.3"}
+    record = ArtifactRecord.from_json({"artifact": "m.plan", "device": {}, "target": "tensorrt",
+                                       "engine": {"builder": builder}})
     env = DeviceEnv("tensorrt", "10.3", "GPU", "8.7", "12.6", None, None, "Linux aarch64", None)
     with pytest.raises(EngineError) as err:
         check_compatible(record, env)

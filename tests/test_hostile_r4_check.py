@@ -100,7 +100,13 @@ def test_uint8_intermediates_follow_onnx_tensorrts_rule_in_one_place():
 
 
 def test_a_sidecar_profile_is_known_or_refused_and_the_graph_decides():
-    from mlit_edge.devices.profiles import PROFILES, contradiction, recorded_profile
+    from mlit_edge.artifacts.schema import ArtifactRecord
+    from mlit_edge.devices.profiles import PROFILES, contradiction
+
+    def recorded_profile(data: dict):
+        from mlit_edge.devices.profiles import recorded_profile
+
+        return recorded_profile(ArtifactRecord.from_json(data))
 
     assert recorded_profile({}) is None and recorded_profile({"profile": PROFILES["jetpack-6.0"].record()}).name \
         == "jetpack-6.0"

@@ -235,3 +235,25 @@ def test_sigterm_wrapped_by_the_exporter_is_still_sigterm():
     wrapped.__cause__ = Terminated("terminated (signal 15)")
     with pytest.raises(Terminated):
         raise_if_interrupted(wrapped)
+
+
+def test_a_stream_writes_to_the_stdout_of_the_call(tiny_onnx, tmp_path):
+    """`run_stream` without `out` writes to `sys.stdout` as it is when called: a default bound at import time kept
+    the first stdout, so a caller (or a test) that redirected it later got nothing."""
+    import contextlib
+    import io
+
+    from mlit_edge.runtime.stream import StreamOptions, run_stream
+    from mlit_edge.runtime.video import import_cv2
+
+    cv2 = import_cv2()
+    video = tmp_path / "v.avi"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 30, (64, 48))
+    for i in range(3):
+        writer.write(np.full((48, 64, 3), i * 40, np.uint8))
+    writer.release()
+    for _ in range(2):  # the second call too: a redirect made after the first is honoured
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            summary = run_stream(tiny_onnx, str(video), StreamOptions(status_s=0))
+        assert summary["classified"] == 3 and len(out.getvalue().splitlines()) == 3, out.getvalue()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Set, Tuple
 
+from .input_convention import onnx_dtype_name
+
 LOGITS, PROBABILITIES = "logits", "probabilities"
 CLASS_AXIS = 1  # logits are (N, classes)
 _CAST, _SOFTMAX = "mlit_edge_logits_to_float32", "mlit_edge_probabilities"
@@ -112,8 +114,6 @@ def io_facts(onnx_bytes: bytes) -> Tuple[list, list, bool]:
     """(inputs, outputs, quantized) of a graph: each tensor as (name, element type as numpy names it, dims with
     None where symbolic), weights left out; `quantized` when it holds QuantizeLinear (Q/DQ INT8)."""
     import onnx
-
-    from .input_convention import onnx_dtype_name
 
     graph = onnx.load_from_string(onnx_bytes).graph
     weights = {t.name for t in graph.initializer}

@@ -8,17 +8,17 @@
   (`export.uint8_input`): a quarter of the bytes to copy, where the runtime takes uint8 network input.
 
 The sidecar's `input` field records the convention, and the graph's input name carries it too, so a sidecar
-that contradicts its graph is caught when the runner opens (`check_sidecar_input`), before a single wrong class.
+that contradicts its graph is caught when the runner opens (`model_io.check_sidecar_input`), before a single wrong
+class.
 A sidecar made before the field existed is "normalised": that is what those graphs take.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .sidecar import SidecarError
+from .preprocess import normalize
 
 NORMALISED, PIXELS = "normalised", "pixels"
 CONVENTIONS = (NORMALISED, PIXELS)
@@ -57,16 +57,16 @@ def input_record(convention: str, mean: Sequence[float] | None, std: Sequence[fl
     return rec
 
 
-def convention_of(record: Mapping[str, Any]) -> str:
-    """The convention a sidecar records ("normalised" where it records none: the graphs made before it)."""
-    field = record.get("input")
+def field_convention(field: Any) -> str:
+    """The convention a sidecar's `input` field records ("normalised" where it records none: the graphs made
+    before it); `ArtifactRecord.input_convention` holds it."""
     conv = field.get("convention") if isinstance(field, Mapping) else None
     return conv if conv in CONVENTIONS else NORMALISED
 
 
-def dtype_of(record: Mapping[str, Any]) -> str:
-    """The input dtype a sidecar records (float32 where it records none: every graph made before uint8 input)."""
-    field = record.get("input")
+def field_dtype(field: Any) -> str:
+    """The input dtype a sidecar's `input` field records (float32 where it records none: every graph made before
+    uint8 input); `ArtifactRecord.input_dtype` holds it."""
     dtype = field.get("dtype") if isinstance(field, Mapping) else None
     return dtype if dtype in DTYPES else FLOAT32
 
@@ -91,39 +91,11 @@ def graph_convention(input_name: str | None) -> str | None:
     return None
 
 
-def check_sidecar_input(record: Mapping[str, Any], input_name: str | None, path: str | Path,
-                input_dtype: str | None = None) -> None:
-    """Refuse a sidecar whose input convention contradicts the graph's own input name, or whose input dtype
-    contradicts the graph's `input_dtype` (numpy's name; None: unknown): fed the wrong way, the model would
-    classify every image wrongly without an error, or a client would be told to send the wrong bytes."""
-    said, graph = convention_of(record), graph_convention(input_name)
-    if graph is not None and graph != said:
-        raise SidecarError(f"{Path(path).name}.json: input convention is {said!r}, but the graph's input "
-                           f"{input_name!r} takes {graph} input; the sidecar does not belong to this graph: "
-                           "rebuild the artifact with mlit-edge build")
-    if input_dtype is not None and (input_dtype == UINT8) != (dtype_of(record) == UINT8):
-        raise SidecarError(f"{Path(path).name}.json: input dtype is {dtype_of(record)}, but the graph's input "
-                           f"{input_name!r} is {input_dtype}; the sidecar does not belong to this graph: "
-                           "rebuild the artifact with mlit-edge build")
-
-
-def describe(record: Mapping[str, Any]) -> str:
-    """What a client must feed, in one line (Triton's config parameter, DeepStream's comment)."""
-    pre = record.get("preprocess") or {}
-    if convention_of(record) == PIXELS:
-        return (f"pixels: RGB 0-255 as {dtype_of(record)} NCHW, resized only; the normalisation is inside the "
-                "graph")
-    return (f"normalised: RGB (pixel / 255 - mean) / std as float32 NCHW, mean {list(pre.get('mean') or [])}, "
-            f"std {list(pre.get('std') or [])}")
-
-
 def model_input(images: np.ndarray, convention: str, mean: Sequence[float], std: Sequence[float],
                 dtype: str = FLOAT32) -> np.ndarray:
     """Resized uint8 (N, S, S, 3) -> the graph's (N, 3, S, S) input under `convention`, as `dtype`."""
     if convention == PIXELS:
         return np.ascontiguousarray(images.transpose(0, 3, 1, 2), np.uint8 if dtype == UINT8 else np.float32)
-    from .preprocess import normalize
-
     return normalize(images, mean, std)
 
 

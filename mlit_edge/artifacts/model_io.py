@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional, Protocol, Sequence, Tuple
 
-from .input_convention import check_sidecar_input
+from .input_convention import PIXELS, UINT8, graph_convention
 from .schema import MAX_STATIC_BATCH, ArtifactRecord
 from .sidecar import SidecarError
 
@@ -20,11 +20,37 @@ class ModelIO(Protocol):
     output_shapes: Dict[str, Tuple]
 
 
-def check_against_model(record: dict, runner: ModelIO, path: str | Path) -> None:
+def check_sidecar_input(record: ArtifactRecord, input_name: str | None, path: str | Path,
+                        input_dtype: str | None = None) -> None:
+    """Refuse a sidecar whose input convention contradicts the graph's own input name, or whose input dtype
+    contradicts the graph's `input_dtype` (numpy's name; None: unknown): fed the wrong way, the model would
+    classify every image wrongly without an error, or a client would be told to send the wrong bytes."""
+    said, graph = record.input_convention, graph_convention(input_name)
+    if graph is not None and graph != said:
+        raise SidecarError(f"{Path(path).name}.json: input convention is {said!r}, but the graph's input "
+                           f"{input_name!r} takes {graph} input; the sidecar does not belong to this graph: "
+                           "rebuild the artifact with mlit-edge build")
+    if input_dtype is not None and (input_dtype == UINT8) != (record.input_dtype == UINT8):
+        raise SidecarError(f"{Path(path).name}.json: input dtype is {record.input_dtype}, but the graph's input "
+                           f"{input_name!r} is {input_dtype}; the sidecar does not belong to this graph: "
+                           "rebuild the artifact with mlit-edge build")
+
+
+def describe(record: ArtifactRecord) -> str:
+    """What a client must feed, in one line (Triton's config parameter, DeepStream's comment)."""
+    pre = record.preprocess
+    if record.input_convention == PIXELS:
+        return (f"pixels: RGB 0-255 as {record.input_dtype} NCHW, resized only; the normalisation is inside the "
+                "graph")
+    return (f"normalised: RGB (pixel / 255 - mean) / std as float32 NCHW, mean {list(pre.mean) if pre else []}, "
+            f"std {list(pre.std) if pre else []}")
+
+
+def check_against_model(record: ArtifactRecord, runner: ModelIO, path: str | Path) -> None:
     """The sidecar's input size, input convention and class count against the loaded model's own."""
     where = f"{Path(path).name}.json"
     check_sidecar_input(record, runner.input_name if runner.input_names else None, path, runner.input_dtype)
-    pre = ArtifactRecord.of(record).preprocess
+    pre = record.preprocess
     size = pre.size if pre else None
     shape = runner.input_shape
     if size is not None and len(shape) == 4 and (shape[1] != 3 or tuple(shape[2:]) != (size, size)):
@@ -44,7 +70,7 @@ def check_against_model(record: dict, runner: ModelIO, path: str | Path) -> None
         raise SidecarError(f"{where}: the model's output 'logits' is "
                            f"{'missing' if logits is None else f'of rank {len(logits)}'}, expected (N, classes): "
                            "not an mlit-edge classifier")
-    classes = record.get("classes")
+    classes = record.classes
     if classes is not None and logits and logits[-1] is not None and logits[-1] != len(classes):
         raise SidecarError(f"{where}: classes lists {len(classes)} names, but the model outputs {logits[-1]} "
                            "logits; rebuild the artifact with mlit-edge")

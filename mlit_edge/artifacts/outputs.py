@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from .formats import SUFFIXES
-from .schema import ArtifactRecord
-from .sidecar import read_sidecar, recover_publishes
+from .targets import FORMATS, TABLE
+from .schema import ArtifactRecord, recorded
+from .sidecar import recover_publishes
 
 logger = logging.getLogger(__name__)
 
 # what appears in the temporaries of what builds write: their artifacts and calibration manifests
-ARTIFACT_MARKS = (*SUFFIXES["onnxruntime"], *SUFFIXES["tensorrt"], ".calib.json")
+ARTIFACT_MARKS = (*dict.fromkeys(s for t in TABLE.values() for s in FORMATS[t.format].suffixes), ".calib.json")
 
 
 def check_writable(folder: str | Path, what: str) -> None:
     """Make `folder` if missing and write and remove a temporary file in it, so that a folder that cannot be
     written fails before the work, not after; OSError "cannot write WHAT FOLDER (reason)" otherwise."""
-    import tempfile
-
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
@@ -41,8 +41,6 @@ def check_writable(folder: str | Path, what: str) -> None:
 
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    import fcntl
-
     fd = os.open(folder, os.O_RDONLY)
     try:
         try:
@@ -84,29 +82,29 @@ def output_folder(folder: str | Path) -> Iterator[Path]:
         raise
 
 
-def source_of(record: dict) -> tuple:
+def source_of(record: ArtifactRecord) -> tuple:
     """What an artifact was made from: its checkpoint's sha256, or random weights of a given model."""
-    if record.get("checkpoint_sha256"):
-        return ("checkpoint", record["checkpoint_sha256"])
-    if record.get("random_weights"):
-        return ("random weights", ArtifactRecord.of(record).size)
-    return ("unknown", record.get("source_onnx_sha256"))
+    if record.checkpoint_sha256:
+        return ("checkpoint", record.checkpoint_sha256)
+    if record.random_weights:
+        return ("random weights", record.size)
+    return ("unknown", record.source_onnx_sha256)
 
 
-def describe_source(record: dict) -> str:
+def describe_source(record: ArtifactRecord) -> str:
     kind, value = source_of(record)
     if kind == "checkpoint":
-        return f"checkpoint {record.get('checkpoint') or '?'} (sha256 {value[:12]})"
+        return f"checkpoint {record.checkpoint or '?'} (sha256 {value[:12]})"
     return f"random weights ({value or 'unknown size'})" if kind == "random weights" else "an unknown source"
 
 
-def guard_replace(path: str | Path, new: dict, force: bool = False) -> None:
+def guard_replace(path: str | Path, new: ArtifactRecord, force: bool = False) -> None:
     """Refuse (one line) to replace `path` with an artifact of another source than the one it holds."""
     path = Path(path)
     if force or not path.exists():
         return
     try:
-        old = read_sidecar(path, verify_hash=False)
+        old = recorded(path, verify_hash=False)
     except (OSError, ValueError):
         raise FileExistsError(f"{path} exists and has no readable mlit-edge sidecar; pass --force to replace it, "
                               "or choose another --out") from None

@@ -6,26 +6,31 @@ own input and output shapes; a failure is one line that names the field.
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
-from .input_convention import check_input_field
-from .sidecar import SidecarError
+from .input_convention import FLOAT32, NORMALISED, check_input_field, field_convention, field_dtype
+from .sidecar import SidecarError, read_sidecar
+from .targets import GRAPHS, PRECISIONS
 from ..base.values import check_threads
 
 MAX_SIZE = 4096  # [ours] an input side beyond this is no mLiT (36 px) and would only exhaust memory
 MAX_STATIC_BATCH = 4096  # [ours] a fixed batch beyond this is padded per call: 10^6 took 14.5 GiB for one image
 MAX_HEAD = 256  # [ours] a head size, padded or not, beyond the largest any fused attention takes is no mLiT's
-PRECISIONS = ("fp32", "fp16", "int8")
-RUNTIMES = ("any", "tensorrt", "onnxruntime")  # what an artifact's graph was made for
+RUNTIMES = ("any", *GRAPHS)  # what an artifact's graph was made for (artifacts.targets: the graph each target reads)
 
 
 def _obj(value: Any) -> Mapping:
     return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else ()
 
 
 @dataclass(frozen=True)
@@ -39,13 +44,13 @@ class Preprocess:
 
 
 @dataclass(frozen=True)
-class ArtifactRecord(Mapping):
-    """An artifact's sidecar, typed: the fields the stages act on, read once from the JSON (`raw`, kept as
-    it is on disk). Field access replaces probing nested dicts; the mapping interface reads `raw`'s top
-    level, for the code that copies a record into a new one. `check_record` validates the types first
-    (`read_record`); a record made in memory is taken as the stage wrote it."""
+class ArtifactRecord:
+    """An artifact's sidecar, typed: the fields the stages act on, read once from the JSON (`from_json`) and
+    read as attributes everywhere else. This module is the one that looks into the JSON: `raw` keeps it as it
+    is on disk, for `to_json` and `derive` (a new record from this one). `check_record` validates the types
+    first (`read_record`); a record made in memory is taken as the stage wrote it."""
 
-    raw: Mapping[str, Any] = field(repr=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     precision: str = "fp32"
     runtime: str = "any"
     classes: tuple[str, ...] | None = None
@@ -55,7 +60,14 @@ class ArtifactRecord(Mapping):
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
     random_weights: bool = False
+    artifact: str | None = None  # the artifact's file name, as published
     sha256: str | None = None  # of the artifact itself, as published
+    mlit_edge_version: str | None = None  # the mlit-edge that published it
+    nbytes: int | None = None  # its size ("bytes")
+    kind: str | None = None  # "tensorrt-engine" for a plan
+    target: str | None = None  # the build target that made a plan (export.TARGETS); None: not recorded
+    source_onnx: str | None = None  # the ONNX a plan or a derived graph was made from
+    source_onnx_sha256: str | None = None
     batch: int | str | None = None  # "dynamic" or the fixed batch
     opset: int | None = None
     probe: bool | None = None
@@ -63,76 +75,87 @@ class ArtifactRecord(Mapping):
     attention_op: str | None = None
     head_size: int | None = None  # attention.head_size: the model's own
     padded_to: int | None = None  # attention.padded_to: each head's Q, K and V zero-padded to it; None: not padded
+    input_convention: str = NORMALISED  # input.convention: normalised, or pixels for a --raw-input graph
+    input_dtype: str = FLOAT32  # input.dtype: float32, or uint8 (--input-dtype uint8)
+    output_kind: str | None = None  # output.kind: "probabilities" for a graph ending in a Softmax
     ort_session: Mapping[str, Any] = field(default_factory=dict)  # ONNX Runtime session options
     ort_requires: str | None = None  # the oldest ONNX Runtime that runs the graph
     parity_max_abs_err: float | None = None
     top1: float | None = None  # accuracy.top1 on the held-out split
+    batch_profile: Mapping[str, Any] | None = None  # engine.flags.profile: a plan's min, opt and max batch
+    min_batch: int | None = None  # engine.flags.profile.min: equal to max_batch for a static --batch N build
     max_batch: int | None = None  # engine.flags.profile.max of a dynamic-batch plan
-    engine_io: Mapping[str, Any] | None = None  # engine.io: the plan's inputs and outputs
+    engine_io: Any = None  # engine.io as recorded: devices.plan_consumer.engine_io checks and types it
     calibration_sha256: str | None = None  # the INT8 calibration manifest's
     profile: str | None = None  # the device profile's name (devices.profiles); None: made before profiles
+    profile_field: Any = None  # the profile object as recorded: devices.profiles.recorded_profile checks it
     fp32_layers: tuple[str, ...] = ()  # the ONNX nodes that compute in fp32 in a reduced-precision graph
     builder_module: str | None = None  # a plan's engine.builder: the TensorRT module and version that built it
     builder_version: str | None = None
     device: Mapping[str, Any] = field(default_factory=dict)  # a plan's engine.device (devices.trt_env.DeviceEnv)
     dla_core: int | None = None  # a plan's engine.dla_core: the DLA core it was built for; None: the GPU
-    min_batch: int | None = None  # engine.flags.profile.min: equal to max_batch for a static --batch N build
 
     @classmethod
-    def of(cls, record: "Mapping[str, Any] | ArtifactRecord") -> "ArtifactRecord":
-        """The typed view of a record (a record already typed is returned as it is)."""
-        if isinstance(record, ArtifactRecord):
-            return record
-        model, pre, att = _obj(record.get("model")), record.get("preprocess"), _obj(record.get("attention"))
-        ort, engine = _obj(record.get("onnxruntime")), _obj(record.get("engine"))
-        profile = _obj(_obj(engine.get("flags")).get("profile"))
-        builder = _obj(engine.get("builder"))
-        preprocess = None
-        if isinstance(pre, Mapping) and "size" in pre:
-            preprocess = Preprocess(pre["size"], tuple(pre.get("mean") or ()), tuple(pre.get("std") or ()),
-                                    pre.get("dataset"))
-        classes = record.get("classes")
-        return cls(MappingProxyType(dict(record)), record.get("precision", "fp32"), record.get("runtime", "any"),
-                   tuple(classes) if isinstance(classes, list) else None, preprocess, model.get("size"),
-                   _obj(model.get("config")), record.get("checkpoint"), record.get("checkpoint_sha256"),
-                   bool(record.get("random_weights")), record.get("sha256"), record.get("batch"),
-                   record.get("opset"), record.get("probe"), att.get("form", "grouped"), att.get("op"),
-                   att.get("head_size"), att.get("padded_to"),
-                   _obj(ort.get("session")), ort.get("requires"), _obj(record.get("parity")).get("max_abs_err"),
-                   _obj(record.get("accuracy")).get("top1"), profile.get("max"),
-                   engine.get("io") if isinstance(engine.get("io"), Mapping) else None,
-                   _obj(record.get("calibration")).get("manifest_sha256"), _obj(record.get("profile")).get("name"),
-                   tuple(record.get("fp32_layers") or ()), builder.get("module"), builder.get("version"),
-                   _obj(engine.get("device")), engine.get("dla_core"), profile.get("min"))
+    def from_json(cls, data: Mapping[str, Any]) -> "ArtifactRecord":
+        """The typed view of a sidecar's JSON object (a nested object that is none reads as empty)."""
+        get = data.get
+        model, att, ort = _obj(get("model")), _obj(get("attention")), _obj(get("onnxruntime"))
+        engine, pre, classes = _obj(get("engine")), get("preprocess"), get("classes")
+        profile, builder = _obj(_obj(engine.get("flags")).get("profile")), _obj(engine.get("builder"))
+        return cls(
+            raw=MappingProxyType(dict(data)), precision=get("precision", "fp32"), runtime=get("runtime", "any"),
+            classes=_items(classes) if isinstance(classes, (list, tuple)) else None,
+            preprocess=Preprocess(size=pre["size"], mean=_items(pre.get("mean")), std=_items(pre.get("std")),
+                                  dataset=pre.get("dataset")) if isinstance(pre, Mapping) and "size" in pre else None,
+            size=model.get("size"), config=_obj(model.get("config")), checkpoint=get("checkpoint"),
+            checkpoint_sha256=get("checkpoint_sha256"), random_weights=bool(get("random_weights")),
+            artifact=get("artifact"), sha256=get("sha256"), mlit_edge_version=get("mlit_edge_version"),
+            nbytes=get("bytes"), kind=get("kind"), target=get("target"),
+            source_onnx=get("source_onnx"), source_onnx_sha256=get("source_onnx_sha256"), batch=get("batch"),
+            opset=get("opset"), probe=get("probe"), attention=att.get("form", "grouped"), attention_op=att.get("op"),
+            head_size=att.get("head_size"), padded_to=att.get("padded_to"),
+            input_convention=field_convention(get("input")), input_dtype=field_dtype(get("input")),
+            output_kind=_obj(get("output")).get("kind"), ort_session=_obj(ort.get("session")),
+            ort_requires=ort.get("requires"), parity_max_abs_err=_obj(get("parity")).get("max_abs_err"),
+            top1=_obj(get("accuracy")).get("top1"), batch_profile=profile or None, min_batch=profile.get("min"),
+            max_batch=profile.get("max"), engine_io=engine.get("io"),
+            # an INT8 ONNX records its manifest under "calibration"; a plan, its own (or its source's) at the top
+            calibration_sha256=get("calibration_sha256") or _obj(get("calibration")).get("manifest_sha256"),
+            profile=_obj(get("profile")).get("name"), profile_field=get("profile"),
+            fp32_layers=_items(get("fp32_layers")), builder_module=builder.get("module"),
+            builder_version=builder.get("version"), device=_obj(engine.get("device")), dla_core=engine.get("dla_core"))
 
     @property
     def dataset(self) -> str | None:
         return self.preprocess.dataset if self.preprocess else None
 
-    def to_dict(self) -> dict:
-        """The JSON record, as a new dict (to derive a record from this one)."""
-        import copy
+    @property
+    def empty(self) -> bool:
+        """Whether no sidecar stands behind it (an ONNX without one, which bench opens all the same)."""
+        return not self.raw
 
+    def to_json(self) -> dict:
+        """The JSON record, as a new dict (to write, or to derive a record from this one)."""
         return copy.deepcopy(dict(self.raw))
 
-    def __getitem__(self, key: str) -> Any:
-        return self.raw[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.raw)
-
-    def __len__(self) -> int:
-        return len(self.raw)
+    def derive(self, **fields: Any) -> "ArtifactRecord":
+        """This record with top-level JSON `fields` set (a checked file's sha256, a served output)."""
+        return ArtifactRecord.from_json({**self.to_json(), **fields})
 
 
 def read_record(artifact: str | Path, content: bytes | None = None) -> ArtifactRecord:
     """An artifact's sidecar read, checked against the artifact's bytes (sha256) and validated
     (`check_record`), once: the typed record every stage then uses."""
-    from .sidecar import read_sidecar
+    record = recorded(artifact, content)
+    check_record(record.raw, artifact)
+    return record
 
-    record = read_sidecar(artifact, content=content)
-    check_record(record, artifact)
-    return ArtifactRecord.of(record)
+
+def recorded(artifact: str | Path, content: bytes | None = None, verify_hash: bool = True) -> ArtifactRecord:
+    """An artifact's sidecar, typed, its fields not yet checked (the caller checks them in its own order:
+    `classifier_fields` names what is missing first). `verify_hash=False`: its sha256 not checked either, for
+    what only reports or guesses from it (a check's notes, a default, an overwrite's warning)."""
+    return ArtifactRecord.from_json(read_sidecar(artifact, verify_hash=verify_hash, content=content))
 
 
 def _count(value, top: int) -> bool:
@@ -144,22 +167,23 @@ def _numbers(value, n: int) -> bool:
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value))
 
 
-def check_record(record: dict, path: str | Path, where: str | None = None,
+def check_record(data: Mapping[str, Any], path: str | Path, where: str | None = None,
                  hint: str = "rebuild the artifact with mlit-edge") -> None:
-    """Types and ranges of the fields the runtime uses (those present; `classifier_fields` says which
-    a classifier needs). `where` and `hint` word the error for a record not yet published."""
+    """Types and ranges of the fields the runtime uses, in a sidecar's JSON `data` (those present;
+    `classifier_fields` says which a classifier needs). `where` and `hint` word the error for a record not yet
+    published."""
     where = where or f"{Path(path).name}.json"
 
     def bad(field: str, value, want: str) -> SidecarError:
         return SidecarError(f"{where}: {field} is {value!r}, expected {want}; {hint}")
 
-    if "classes" in record:
-        classes = record["classes"]
+    if "classes" in data:
+        classes = data["classes"]
         if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
             raise bad("classes", classes if not isinstance(classes, list) else f"a list of {len(classes)}",
                       "a non-empty list of class names")
-    if "preprocess" in record:
-        pre = record["preprocess"]
+    if "preprocess" in data:
+        pre = data["preprocess"]
         if not isinstance(pre, dict):
             raise bad("preprocess", pre, "an object with size, mean and std")
         size = pre.get("size")
@@ -171,13 +195,13 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
             raise bad("preprocess.mean", pre.get("mean"), "3 numbers from -10 to 10")
         if not _numbers(pre.get("std"), 3) or min(pre["std"]) < 1e-6 or max(pre["std"]) > 1e3:
             raise bad("preprocess.std", pre.get("std"), "3 positive numbers from 1e-6 to 1000")
-    if "batch" in record:
-        batch = record["batch"]
+    if "batch" in data:
+        batch = data["batch"]
         if batch != "dynamic" and (not isinstance(batch, int) or isinstance(batch, bool)
                                    or not 1 <= batch <= MAX_STATIC_BATCH):
             raise bad("batch", batch, f'"dynamic" or an integer from 1 to {MAX_STATIC_BATCH}')
-    if "onnxruntime" in record:
-        ort = record["onnxruntime"]
+    if "onnxruntime" in data:
+        ort = data["onnxruntime"]
         session = ort.get("session", {}) if isinstance(ort, dict) else None
         if not isinstance(session, dict):
             raise bad("onnxruntime", ort, "an object with a session object")
@@ -188,8 +212,8 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         requires = ort.get("requires")
         if requires is not None and (not isinstance(requires, str) or not re.fullmatch(r"\d{1,3}\.\d{1,3}", requires)):
             raise bad("onnxruntime.requires", requires, 'a version such as "1.23"')
-    if "attention" in record:
-        att = record["attention"]
+    if "attention" in data:
+        att = data["attention"]
         if not isinstance(att, dict) or not all(isinstance(att.get(k), str) for k in ("form", "op")):
             raise bad("attention", att, "an object with the form and op names")
         head, padded = att.get("head_size"), att.get("padded_to")
@@ -199,8 +223,8 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
             raise bad("attention.padded_to", padded, f"null or an integer above attention.head_size, up to {MAX_HEAD}")
         if "reason" in att and not isinstance(att["reason"], str):
             raise bad("attention.reason", att["reason"], "a string")
-    if "engine" in record:
-        engine = record["engine"]
+    if "engine" in data:
+        engine = data["engine"]
         flags = engine.get("flags", {}) if isinstance(engine, dict) else None
         profile = flags.get("profile", {}) if isinstance(flags, dict) else None
         if not isinstance(profile, dict):
@@ -209,22 +233,22 @@ def check_record(record: dict, path: str | Path, where: str | None = None,
         top = profile.get("max")
         if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_STATIC_BATCH):
             raise bad("engine.flags.profile.max", top, f"an integer from 1 to {MAX_STATIC_BATCH}")
-    if "profile" in record:
-        prof = record["profile"]
+    if "profile" in data:
+        prof = data["profile"]
         if not isinstance(prof, dict) or not isinstance(prof.get("name"), str):
             raise bad("profile", prof, "an object with the device profile's name")
-    if "input" in record:
-        check_input_field(record["input"], bad)
-    if "precision" in record and record["precision"] not in PRECISIONS:
-        raise bad("precision", record["precision"], f"one of {', '.join(PRECISIONS)}")
-    if "runtime" in record and record["runtime"] not in RUNTIMES:
-        raise bad("runtime", record["runtime"], f"one of {', '.join(RUNTIMES)}")
+    if "input" in data:
+        check_input_field(data["input"], bad)
+    if "precision" in data and data["precision"] not in PRECISIONS:
+        raise bad("precision", data["precision"], f"one of {', '.join(PRECISIONS)}")
+    if "runtime" in data and data["runtime"] not in RUNTIMES:
+        raise bad("runtime", data["runtime"], f"one of {', '.join(RUNTIMES)}")
 
 
-def check_runtime(record: Mapping[str, Any], runtime: str, path: str | Path) -> None:
+def check_runtime(record: ArtifactRecord, runtime: str, path: str | Path) -> None:
     """Refuse, in one line, to hand an artifact made for one runtime to another (an INT8 graph tuned
     for ONNX Runtime's CPU kernels is not TensorRT's QDQ recipe)."""
-    made_for = record.get("runtime", "any")
+    made_for = record.runtime
     if made_for not in ("any", runtime):
         raise SidecarError(f"{Path(path).name} was made for {made_for}, not {runtime}; build the {runtime} "
                            f"artifact from the fp32 ONNX or the checkpoint: mlit-edge build ... --target {runtime}")
@@ -240,30 +264,34 @@ def version_pair(text: str) -> tuple[int, ...]:
 OPSET_NEEDS = {23: "1.23"}
 
 
-def onnxruntime_needed(record, opset: int | None = None) -> str:
+def onnxruntime_needed(record: ArtifactRecord, opset: int | None = None) -> str:
     """The oldest ONNX Runtime that runs the artifact: its sidecar's `onnxruntime.requires` or what its graph's
     opset needs (OPSET_NEEDS), whichever is newer; "0.0" where neither says."""
-    rec = ArtifactRecord.of(record)
-    needs = [v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k] + [rec.ort_requires or "0.0"]
+    needs = [v for k, v in OPSET_NEEDS.items() if opset is not None and opset >= k] + [record.ort_requires or "0.0"]
     return max(needs, key=version_pair)
 
 
-def check_onnxruntime(record: dict, installed: str, path: str | Path, opset: int | None = None) -> None:
+def check_onnxruntime(record: ArtifactRecord, installed: str, path: str | Path, opset: int | None = None) -> None:
     """Refuse, in one line and before the session is made, an artifact whose graph needs a newer ONNX
     Runtime than `installed` (a fused attention op: opset 23's Attention came in 1.23). `opset`: the graph's
     own opset import, so a sidecar that lost its `onnxruntime.requires` is no way past the check."""
-    rec = ArtifactRecord.of(record)
-    need = onnxruntime_needed(rec, opset)
+    need = onnxruntime_needed(record, opset)
     if version_pair(installed) < version_pair(need):
-        op = rec.attention_op or "its ops"
+        op = record.attention_op or "its ops"
         raise SidecarError(f"{Path(path).name} needs ONNX Runtime {need} or newer for {op}; this is {installed}: "
                            "pip install -U onnxruntime, or build the portable graph for it (mlit-edge export)")
 
 
-def classifier_fields(record: dict, path: str | Path) -> None:
+def check_classifier_record(record: ArtifactRecord, where: str, hint: str) -> None:
+    """Classes and preprocess, both required and checked as `check_record` checks them, in a record not yet
+    published (`where` and `hint` word the error)."""
+    check_record({k: record.raw.get(k) for k in ("classes", "preprocess")}, "", where=where, hint=hint)
+
+
+def classifier_fields(record: ArtifactRecord, path: str | Path) -> None:
     """The fields without which an artifact cannot classify: classes and preprocessing."""
-    missing = [k for k in ("classes", "preprocess") if k not in record]
+    missing = [k for k in ("classes", "preprocess") if k not in record.raw]
     if missing:
         raise SidecarError(f"{Path(path).name}.json lacks {missing}: not an mlit-edge classifier sidecar; "
                            "rebuild the artifact with mlit-edge build")
-    check_record(record, path)
+    check_record(record.raw, path)

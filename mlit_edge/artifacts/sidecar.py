@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from .. import __version__
 from ..base.compat import removesuffix
@@ -113,8 +113,8 @@ def _write_bytes(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
-def _write_json(path: Path, record: dict) -> None:
-    _write_bytes(path, (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
+def _write_json(path: Path, data: dict) -> None:
+    _write_bytes(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
 
 
 def publish_pair(tmp: str | Path, artifact: str | Path, companion: str | Path, text: bytes) -> None:
@@ -146,16 +146,16 @@ def write_sidecar(artifact: str | Path, info: dict) -> dict:
     return record
 
 
-def user_fields(record: dict) -> dict:
-    """A sidecar record without the fields `publish` fills in itself (to derive a new record)."""
-    return {k: v for k, v in record.items() if k not in AUTO_FIELDS}
+def user_fields(info: Mapping[str, Any]) -> dict:
+    """A sidecar's JSON without the fields `publish` fills in itself (to derive a new record)."""
+    return {k: v for k, v in info.items() if k not in AUTO_FIELDS}
 
 
 def _load_json(path: Path) -> dict:
-    record = read_json(path, "sidecar", hint="rebuild the artifact")
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    data = read_json(path, "sidecar", hint="rebuild the artifact")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{printable(path)} is not an mlit-edge sidecar")
-    return record
+    return data
 
 
 def read_sidecar(artifact: str | Path, verify_hash: bool = True, content: bytes | None = None) -> dict:
@@ -174,22 +174,22 @@ def read_sidecar(artifact: str | Path, verify_hash: bool = True, content: bytes 
     digest = hashlib.sha256(content).hexdigest() if content is not None else sha256_file(artifact)
     for candidate in (path, pending):
         if candidate.is_file():
-            record = _load_json(candidate)
-            if record.get("sha256") == digest:
-                return record
+            data = _load_json(candidate)
+            if data.get("sha256") == digest:
+                return data
     raise ValueError(f"{artifact} does not match its sidecar (sha256 differs): the file was changed or replaced; "
                      "rebuild it with mlit-edge")
 
 
-def recorded_artifact(companion: Path, record: object) -> tuple[Path | None, str | None]:
+def recorded_artifact(companion: Path, data: object) -> tuple[Path | None, str | None]:
     """The artifact a companion file (a sidecar, or a weights pair's config.json) belongs to, and the
     sha256 it records of it; (None, None) when it is neither."""
-    if not isinstance(record, dict):
+    if not isinstance(data, dict):
         return None, None
-    if record.get("format") == FORMAT:
-        return companion.with_name(removesuffix(companion.name, ".json")), record.get("sha256")
-    weights = record.get("weights")
-    if record.get("format") == WEIGHTS_FORMAT and isinstance(weights, dict) and isinstance(weights.get("file"), str):
+    if data.get("format") == FORMAT:
+        return companion.with_name(removesuffix(companion.name, ".json")), data.get("sha256")
+    weights = data.get("weights")
+    if data.get("format") == WEIGHTS_FORMAT and isinstance(weights, dict) and isinstance(weights.get("file"), str):
         name = weights["file"]
         if name and "/" not in name and name not in (".", ".."):  # beside its config, never elsewhere
             return companion.with_name(name), weights.get("sha256")

@@ -8,6 +8,9 @@ from typing import Any, Iterable, List, Optional, Union
 
 from ..base.messages import escaped
 from .options import BenchConfig, provider_names
+from .report import format_bench
+from ..base.values import PathArg, check_value
+from .suite import bench_and_save
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -29,8 +32,6 @@ class Report:
         return self.data.get("failed", [])
 
     def __str__(self) -> str:
-        from .report import format_bench
-
         return format_bench(self.data)
 
     def __repr__(self) -> str:
@@ -45,9 +46,6 @@ def bench(artifacts: Iterable[Any], json: Optional[PathLike] = None, plot: Optio
     a model's path is its checkpoint). Keywords are `BenchConfig`'s, with its defaults, which are the CLI's (each
     artifact in its own process, ONNX Runtime on the CPU); `providers` may be the CLI's "cpu,cuda"; `json` and
     `plot` are the CLI's --json and --plot."""
-    from ..base.values import PathArg, check_value
-    from .suite import bench_and_save
-
     valid = sorted(f.name for f in fields(BenchConfig))
     unknown = sorted(set(kw) - set(valid))
     if unknown:

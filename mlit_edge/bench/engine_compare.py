@@ -9,9 +9,21 @@ from __future__ import annotations
 
 import inspect
 import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
+
+from ..devices.mha_rules import fusable_head
+from ..devices.profiles import installed_profile
+from ..devices.trt_env import deserialize, import_trt, local_env
+from ..engine.plan import BuildOptions, build_serialized, engine_record, write_plan
+from ..export.source import load_for_export
+from ..export.variants import variant_of
+from ..runtime.trt_runner import TensorRTRunner
+from .stats import time_runner
 
 # [ours] how TensorRT names the kernels of a fused attention in the inspector's layer information: the
 # Myelin/MHA tactics ("_gemm_mha_v2", "fmha", "mha") appear in a layer's name, type or tactic
@@ -31,8 +43,6 @@ class EngineVariant:
 def variants(export_params: set[str], dla_cores: int, head: int) -> tuple[list[EngineVariant], list[str]]:
     """The engines to build, and one line for each comparison that cannot be made here (an export option
     this branch lacks, a head size that needs no padding, or no DLA core). `head`: the model's head size."""
-    from ..devices.mha_rules import fusable_head
-
     out = [EngineVariant("last layer", "every token", {"prune_last": False}),
            EngineVariant("last layer", "dummy token alone", {"prune_last": True})]
     skipped = []
@@ -92,17 +102,7 @@ def compare_engines(trt, out: Path, iters: int, size: str = "xxs",
                     timer: Callable | None = None) -> tuple[list[dict], list[str]]:
     """GPU only: build each variant in fp16 (a DLA variant at a static batch 1, as the DLA needs), time it
     and read its inspector. Returns the rows for `format_table` and the skipped comparisons."""
-    from ..bench.stats import time_runner
-    from ..engine.plan import BuildOptions, build_serialized, engine_record, write_plan
     from ..export.onnx_export import export_onnx
-    from ..export.source import load_for_export
-    from ..export.variants import variant_of
-    from ..artifacts.schema import ArtifactRecord
-    from ..devices.profiles import installed_profile
-    from ..devices.trt_env import deserialize, local_env
-    from ..runtime.trt_runner import TensorRTRunner
-
-    import numpy as np
 
     timer = timer or time_runner
     device = installed_profile(trt.__version__)  # built as `mlit-edge build` builds for this TensorRT
@@ -115,17 +115,17 @@ def compare_engines(trt, out: Path, iters: int, size: str = "xxs",
         fp32 = out / f"v{i}.onnx"
         export_onnx(model, fp32, info, batch=batch, device=device, **v.export)
         fp16 = variant_of(fp32, "fp16")
-        record = ArtifactRecord.of(fp16.record)
+        record = fp16.record
         opts = BuildOptions(dla_core=v.dla_core, precision="fp16", strongly_typed=device.strongly_typed,
                             fp32_layers=record.fp32_layers, detailed=True)
         result = build_serialized(fp16.path, trt, opts)
         if not result["ok"]:
             raise RuntimeError(f"{v.pair}/{v.name}: {result['stage']} failed: " + " | ".join(result["errors"]))
         plan = out / f"v{i}.plan"
-        fields = write_plan(result["engine"], plan, engine_record(fp16.path, record, None, result,
+        written = write_plan(result["engine"], plan, engine_record(fp16.path, record, None, result,
                                                                   local_env("tensorrt"), "tensorrt",
                                                                   profile=device.record()))
-        engine = deserialize(result["engine"], fields, plan)  # sets the DLA core a DLA plan was built for
+        engine = deserialize(result["engine"], written, plan)  # sets the DLA core a DLA plan was built for
         summary = layer_summary(engine.create_engine_inspector().get_engine_information(
             trt.LayerInformationFormat.JSON))
         p50 = {}
@@ -140,10 +140,6 @@ def compare_engines(trt, out: Path, iters: int, size: str = "xxs",
 
 def check_engine_pairs(iters: int) -> tuple[bool, str, list[str]]:
     """`benchmarks/gpu_check.py` step 7: every pair where TensorRT imports (skipped in one line elsewhere)."""
-    import tempfile
-
-    from ..devices.trt_env import import_trt
-
     try:
         trt = import_trt("tensorrt")
     except RuntimeError as e:

@@ -2,11 +2,18 @@
 report records (CPU, GPU, threads, library versions; on Jetson the power mode and clocks)."""
 from __future__ import annotations
 
+import importlib.metadata as md
 import logging
 import os
 import platform
 import resource
+import shutil
+import subprocess
 from pathlib import Path
+
+from ..artifacts.schema import ArtifactRecord
+from ..model.budget import available_mb, batch_bytes
+from ..devices.trt_env import local_env
 
 logger = logging.getLogger(__name__)
 
@@ -36,17 +43,15 @@ def peak_rss_mb() -> float:
     return peak / 2 ** 20 if platform.system() == "Darwin" else peak / 1024  # bytes on macOS, kB elsewhere
 
 
-def check_memory(records: list[dict], batches: tuple[int, ...]) -> None:
+def check_memory(records: list[ArtifactRecord], batches: tuple[int, ...]) -> None:
     """Refuse a batch whose buffers would not fit this machine's available memory; warn when close."""
-    from ..model.budget import available_mb, batch_bytes
     from ..model.records import record_config
-    from ..artifacts.schema import ArtifactRecord
 
     available = available_mb()
     if available is None:
         return
     b = max(batches)
-    need = max(batch_bytes(record_config(ArtifactRecord.of(r).config), b) for r in records or [{}]) / 2 ** 20
+    need = max(batch_bytes(record_config(r.config), b) for r in records or [ArtifactRecord()]) / 2 ** 20
     if need > 0.8 * available:
         raise ValueError(f"--batch {b}: one call needs about {need / 1024:.1f} GiB of buffers (estimated), more "
                          f"than the {available / 1024:.1f} GiB available here; time a smaller batch")
@@ -69,9 +74,6 @@ def nvmap_mb() -> float | None:
 
 
 def _command_output(cmd: list[str]) -> str | None:
-    import shutil
-    import subprocess
-
     if not shutil.which(cmd[0]):
         return None
     try:
@@ -82,10 +84,6 @@ def _command_output(cmd: list[str]) -> str | None:
 
 def environment(threads: int | None = None) -> dict:
     """CPU/GPU, threads and library versions; on Jetson also the power mode and clocks."""
-    import importlib.metadata as md
-
-    from ..devices.trt_env import local_env
-
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -11,6 +11,8 @@ by the kernel when its process dies, in whatever pid namespace), so a folder who
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import importlib
 import json
 import os
 import shutil
@@ -23,11 +25,13 @@ from typing import Iterator
 
 import numpy as np
 
+from ..artifacts.schema import ArtifactRecord
 from ..base.messages import first_line, log_to_stderr
 from ..base.textfile import LOG_BYTES, read_json
 from ..base.terminate import EXIT_CODE, Terminated, end_process, sigterm_raises
 from .one_artifact import bench_artifact
 from .options import BenchConfig, Reference
+from ..runtime.artifact import artifact_format
 
 RUNTIME_MODULE = {"onnxruntime": "onnxruntime", "torch": "torch"}  # imported before the baseline is taken
 PREFIX, LOCK = "mlit-bench-", ".lock"
@@ -36,8 +40,6 @@ CHILD_GRACE_S = 10.0  # [ours] a child on SIGTERM: its tegrastats gets base.term
 
 def _lock(folder: Path) -> int:
     """Lock `folder` as this process's: its `.lock` gets the name `sweep` looks for only once it is locked."""
-    import fcntl
-
     fresh = folder / (LOCK + ".new")
     fd = os.open(fresh, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -47,8 +49,6 @@ def _lock(folder: Path) -> int:
 
 def sweep(temp: str | Path | None = None) -> list[Path]:
     """Remove the `mlit-bench-*` folders of benches that were killed (their lock is free); the ones removed."""
-    import fcntl
-
     removed = []
     for folder in Path(temp or tempfile.gettempdir()).glob(PREFIX + "*"):
         try:
@@ -127,10 +127,6 @@ def bench_isolated(paths: list[str], cfg: BenchConfig, images: np.ndarray | None
 
 def worker(folder: str, path: str, out: str) -> int:
     """The child side: bench one artifact, write {"entry": ...} or {"error": ...}."""
-    import importlib
-
-    from ..runtime.artifact import artifact_format
-
     log_to_stderr()  # its progress lines reach the parent's stderr
     folder = Path(folder)
     try:
@@ -146,7 +142,7 @@ def worker(folder: str, path: str, out: str) -> int:
         ref = None
         if "ref_logits" in arrays:
             routes = [arrays[f"ref_route_{i}"] for i in range(sum(k.startswith("ref_route_") for k in arrays))]
-            ref = Reference(sent["reference"] or "", {}, arrays["ref_logits"], routes or None)
+            ref = Reference(sent["reference"] or "", ArtifactRecord(), arrays["ref_logits"], routes or None)
         entry = bench_artifact(path, cfg, arrays.get("images"), arrays.get("labels"), ref)
         result = {"entry": entry}
     except Exception as e:  # reported by the parent as one line

@@ -2,21 +2,26 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ..artifacts.schema import ArtifactRecord, check_runtime
+from ..artifacts.targets import PARSER_GRAPH
 from ..export.torch_runner import open_checkpoint
 from ..runtime.artifact import RunnerOptions, open_artifact
 from ..base.routing import routing_agreement
-from ..runtime.runners import Runner
+from ..runtime.runners import Runner, load_onnx, predict_all
 from .options import ORT_PROVIDERS, BenchConfig, Reference
 from .fidelity import fidelity, predicted
 from .host import nvmap_mb, peak_rss_mb, rss_mb
 from .power import PowerSampler
 from .stats import time_runner
+from ..artifacts.input_convention import PIXELS, graph_convention, graph_feed
+from ..artifacts.model_io import check_sidecar_input
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +36,6 @@ def open_any(path: str | Path, options: RunnerOptions = RunnerOptions(), content
 
 def _onnx_precision(content: bytes) -> str:
     """An ONNX without a sidecar: the precision mlit-edge wrote into its metadata, if any."""
-    import json
-
-    from ..runtime.runners import load_onnx
-
     try:
         meta = {p.key: p.value for p in load_onnx(content).metadata_props}
         return json.loads(meta.get("mlit_edge", "{}")).get("precision", "?")
@@ -47,19 +48,17 @@ def label(path: Path) -> str:
     return path.parent.name if path.name == "model.safetensors" else path.name
 
 
-def graph_images(runner: Runner, record: dict, images: np.ndarray | None, path: Path) -> np.ndarray | None:
+def graph_images(runner: Runner, record: ArtifactRecord, images: np.ndarray | None, path: Path) -> np.ndarray | None:
     """The bench's normalised images as this artifact's graph takes them: as they are, or a --raw-input
     graph's pixels (exactly: they were decoded from uint8). A sidecar that contradicts the graph is refused."""
-    from ..artifacts.input_convention import PIXELS, check_sidecar_input, graph_convention, graph_feed
-
     check_sidecar_input(record, runner.input_name, path, runner.input_dtype)
     if images is None or graph_convention(runner.input_name) != PIXELS:
         return images
-    pre = record.get("preprocess")
-    if not pre:
+    pre = record.preprocess
+    if pre is None:
         raise ValueError(f"{path.name}: a --raw-input graph (input 'pixels') without its sidecar: the mean and std "
                          "to give the bench's images back as pixels are unknown; keep its .json beside it")
-    return graph_feed(runner.input_name, images, pre["mean"], pre["std"], runner.input_dtype)
+    return graph_feed(runner.input_name, images, pre.mean, pre.std, runner.input_dtype)
 
 
 def random_batch(runner: Runner, b: int, rng: np.random.Generator) -> np.ndarray:
@@ -85,18 +84,17 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         runner, record = ref.make_runner(cfg.runner_options()), ref.record
     else:
         runner, record = open_any(path, cfg.runner_options(), content)
-    notes = [] if record or runner.name == "torch" else [f"{path.name} has no sidecar: provenance unknown"]
+    notes = [] if not record.empty or runner.name == "torch" else [f"{path.name} has no sidecar: provenance unknown"]
     if runner.name == "onnxruntime":
-        from ..artifacts.schema import check_runtime
-
         if ORT_PROVIDERS["tensorrt"] in (cfg.providers or ()):
-            check_runtime(record, "tensorrt", path)
-        elif record.get("runtime") == "tensorrt":
+            check_runtime(record, PARSER_GRAPH, path)
+        elif record.runtime == PARSER_GRAPH:
             notes.append("QDQ made for TensorRT: ONNX Runtime measures its accuracy; its CPU latency says nothing "
                          "of TensorRT's (the ONNX Runtime INT8 is the -int8-ort build)")
     runner.open()
     images = graph_images(runner, record, images, path)
-    precision = record.get("precision") or (_onnx_precision(content) if runner.name == "onnxruntime" else "?")
+    precision = (record.precision if not record.empty else
+                 _onnx_precision(content) if runner.name == "onnxruntime" else "?")
     device_mb = None
     if runner.device_memory_bytes is not None:  # a GPU runner; on Jetson NvMap tells what it really mapped
         nv = nvmap_mb()
@@ -130,8 +128,6 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         if power is not None:
             notes += power.stop()
     if images is not None:
-        from ..runtime.runners import predict_all
-
         if is_ref and ref.logits is not None:
             logits, routes = ref.logits, ref.routes
         else:

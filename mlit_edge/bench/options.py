@@ -6,6 +6,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..artifacts.schema import ArtifactRecord
 from ..runtime.artifact import BATCH_PROFILE, RunnerOptions
 from ..runtime.runners import Runner
 from ..base.values import Flag, Float, Int, Ints, PathArg, Text, arg, max_threads, validate
@@ -73,7 +74,7 @@ class Reference:
     """The PyTorch reference's outputs on the evaluation images, computed once per bench."""
 
     path: str
-    record: dict
+    record: ArtifactRecord
     logits: np.ndarray | None = None
     routes: list[np.ndarray] | None = None
     # runners from the one load of the reference (in this process); None in an isolated child, which opens its own

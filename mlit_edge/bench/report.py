@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..base.messages import printable
 from . import power
+from ..artifacts.sidecar import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +98,6 @@ def plot(report: dict, folder: str | Path) -> list[Path]:
 
 def save_report(report: dict, json_path: str | Path | None, plot_dir: str | Path | None) -> None:
     """The full report as JSON (with per-call samples) and the plots, where asked for."""
-    from ..artifacts.sidecar import atomic_path
-
     if json_path:
         with atomic_path(json_path) as tmp:
             tmp.write_text(json.dumps(report, indent=1) + "\n")

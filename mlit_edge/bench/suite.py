@@ -14,14 +14,16 @@ from pathlib import Path
 
 from ..export.torch_runner import checkpoint_opener
 from ..runtime.artifact import artifact_format
-from ..artifacts.schema import ArtifactRecord
-from ..base.messages import printable, require_file
-from .one_artifact import bench_artifact, open_any
+from ..artifacts.schema import ArtifactRecord, recorded
+from ..base.messages import first_line, printable, require_file
+from .one_artifact import bench_artifact, label, open_any
 from .options import BenchConfig, Reference
 from .host import check_memory, environment
 from .isolation import bench_isolated
 from .report import row, save_report
 from .stats import harness_overhead
+from ..devices.trt_env import verify_plan
+from ..runtime.runners import predict_all
 
 logger = logging.getLogger(__name__)
 
@@ -36,22 +38,19 @@ def _eval_images(data: str, split: str, root: str, limit: int | None):
     return ds.inputs(slice(0, n)), ds.labels[:n].numpy(), ds.name
 
 
-def _peek(path: str) -> dict:
+def _peek(path: str) -> ArtifactRecord:
     """An artifact's record without loading its model: the sidecar for an engine or an ONNX (unverified
     here; the artifact's own bench verifies it), the checkpoint's own description for a .pt."""
-    from ..artifacts.sidecar import read_sidecar
-
     if artifact_format(path).name == "torch":
         return open_any(path)[1]  # reads and hashes the checkpoint; its model is built only on open
     try:
-        return read_sidecar(path, verify_hash=False)
+        return recorded(path, verify_hash=False)
     except (OSError, ValueError):
-        return {}
+        return ArtifactRecord()
 
 
 def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
     """Bench every artifact; returns the JSON-able report (rows, per-artifact details, environment)."""
-    from ..devices.trt_env import verify_plan
     from ..train.pretrained import is_pretrained, read_pretrained
 
     if not paths:
@@ -76,8 +75,8 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
     ref_path = resolve(cfg.reference) if cfg.reference else next((p for p in paths if formats[p] == "torch"), None)
     peeks = {p: _peek(p) for p in paths if p != ref_path}
     if ref_path is None:
-        ref_path = next((resolve(r["checkpoint"]) for r in peeks.values() if r.get("checkpoint")
-                         and (is_pretrained(r["checkpoint"]) or Path(r["checkpoint"]).is_file())), None)
+        ref_path = next((resolve(r.checkpoint) for r in peeks.values() if r.checkpoint
+                         and (is_pretrained(r.checkpoint) or Path(r.checkpoint).is_file())), None)
     ref = None
     if ref_path:  # the one read and load of the reference per command; its runners all come from it
         content = checked.get(ref_path) or Path(ref_path).read_bytes()
@@ -85,7 +84,7 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         ref = Reference(str(ref_path), record, make_runner=make_runner)
         peeks[ref_path] = record
     check_memory(list(peeks.values()), cfg.batches)
-    data = cfg.data or next((d for d in (ArtifactRecord.of(r).dataset for r in ([ref.record] if ref else []) +
+    data = cfg.data or next((d for d in (r.dataset for r in ([ref.record] if ref else []) +
                                          list(peeks.values())) if d), None)
     report = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "environment": environment(cfg.threads), "harness_overhead": harness_overhead(),
@@ -99,8 +98,6 @@ def run_bench(paths: list[str], cfg: BenchConfig) -> dict:
         images, labels, data_name = _eval_images(data, cfg.split, cfg.data_root, cfg.limit)
         report["config"].update(data=data_name, images=int(len(labels)))
         if ref is not None:
-            from ..runtime.runners import predict_all
-
             with ref.make_runner(cfg.runner_options(routing=True)) as runner:
                 ref.logits, ref.routes = predict_all(runner, images, routes=True)
     else:
@@ -147,8 +144,6 @@ def _readable(path: str, fmt: str) -> None:
 
 def _in_process(path: str, cfg: BenchConfig, images, labels, ref: Reference | None) -> dict:
     """`bench_artifact` in this process; an artifact that fails is an entry with its one-line `error`."""
-    from ..base.messages import first_line
-
     try:
         return bench_artifact(path, cfg, images, labels, ref)
     except (OSError, ValueError, RuntimeError) as e:  # InputError is a ValueError: the artifact's own fault
@@ -158,22 +153,20 @@ def _in_process(path: str, cfg: BenchConfig, images, labels, ref: Reference | No
 def table_labels(paths: list[str]) -> dict[str, str]:
     """Each artifact's name in the table: its file name, or the path as given where two files share a name (in
     different folders), with control characters escaped (a name is anyone's to choose)."""
-    from .one_artifact import label  # a weights pair (NAME/model.safetensors) shows as NAME
-
     names = [label(Path(p)) for p in paths]
     return {p: printable(p if names.count(n) > 1 else n) for p, n in zip(paths, names)}
 
 
-def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bool | None, str | None]]:
+def reference_match(peeks: dict[str, ArtifactRecord], ref_path: str) -> dict[str, tuple[bool | None, str | None]]:
     """Per artifact: whether it was built from the reference checkpoint (by sha256; None when its record
     does not say), and a note when not, since its agreement and routing then compare two different models."""
-    ref_sha = peeks[ref_path].get("checkpoint_sha256")
+    ref_sha = peeks[ref_path].checkpoint_sha256
     if ref_sha is None:
         return {}
     out: dict[str, tuple[bool | None, str | None]] = {}
     for p, rec in peeks.items():
-        sha = rec.get("checkpoint_sha256")
-        if rec.get("random_weights"):
+        sha = rec.checkpoint_sha256
+        if rec.random_weights:
             out[p] = (False, "random weights (built without a checkpoint): agreement with the reference is "
                              "meaningless")
         elif sha is None:
@@ -181,7 +174,7 @@ def reference_match(peeks: dict[str, dict], ref_path: str) -> dict[str, tuple[bo
         elif sha == ref_sha:
             out[p] = (True, None)
         else:
-            out[p] = (False, f"built from {rec.get('checkpoint') or p} (sha256 {sha[:12]}), not from the reference "
+            out[p] = (False, f"built from {rec.checkpoint or p} (sha256 {sha[:12]}), not from the reference "
                              f"{ref_path} ({ref_sha[:12]}): agreement and routing compare two different models")
     return out
 

@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from ..base.messages import log_to_stderr
-from .deploy import build, check_cmd, export, export_deepstream, export_triton
+from . import deploy
 from .inference import bench, predict, serve, stream
 from .train import eval_, export_weights, finetune, info, pretrain, pretrained, quickstart, train
 
@@ -23,6 +23,6 @@ def main() -> None:
     log_to_stderr()
 
 
-for command in (info, train, pretrain, finetune, eval_, pretrained, export, build, bench, quickstart, predict, serve,
-                check_cmd, export_triton, export_deepstream, stream, export_weights):
+for command in (info, train, pretrain, finetune, eval_, pretrained, bench, quickstart, predict, serve, stream,
+                export_weights, *deploy.COMMANDS):
     main.add_command(command)

@@ -11,6 +11,9 @@ import click
 from ..export import DEFAULT_OPSET, OPSETS
 from ..model.config import SIZES, parse_overrides
 from ..base.messages import first_line, printable
+from ..base.values import Float, Int, describe_range, rule_of
+from ..bench.options import BenchConfig
+from ..export.requests import SEED_MAX, BuildRequest, ExportOptions
 
 USER_ERRORS = (ValueError, KeyError, OSError, RuntimeError, TypeError, ArithmeticError)
 TRAINING = ("train", "pretrain", "finetune")  # commands that checkpoint every epoch
@@ -26,8 +29,6 @@ class Checked(click.ParamType):
 
     def get_metavar(self, param, ctx=None) -> str:
         """The type and, for a bounded number, its range as click's IntRange shows it (`INTEGER 1<=x<=16`)."""
-        from ..base.values import Float, Int, describe_range
-
         bounds = self.rule.bounds() if isinstance(self.rule, (Int, Float)) else (None, None)
         return " ".join([self.name.upper(), *([describe_range(*bounds)] if bounds != (None, None) else [])])
 
@@ -40,15 +41,10 @@ class Checked(click.ParamType):
 
 def checked(cls, name: str) -> Checked:
     """The click type of the option that fills field `name` of the request dataclass `cls`."""
-    from ..base.values import rule_of
-
     return Checked(rule_of(cls, name))
 
 
 def _seed() -> Checked:
-    from ..export.requests import SEED_MAX
-    from ..base.values import Int
-
     return Checked(Int(0, SEED_MAX))
 
 
@@ -70,8 +66,6 @@ def thread_count() -> Checked:
     """The type of a --threads option: 1 to 8 per core of this machine (`base.values.max_threads`); past
     that the OpenMP runtime of torch or ONNX Runtime can fail to start them instead of refusing in one line.
     The rule is `BenchConfig.threads`'s, which the Python API and `Classifier.load` check with too."""
-    from ..bench.options import BenchConfig
-
     return checked(BenchConfig, "threads")
 
 
@@ -90,15 +84,11 @@ def parse_set(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
 
 def int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
     """Comma-separated batch sizes, read by `BenchConfig.batches`'s rule."""
-    from ..bench.options import BenchConfig
-
     return checked(BenchConfig, "batches").convert(value, param, ctx)
 
 
 def batch_triple(ctx: click.Context, param: click.Parameter, value: str | None):
     """MIN,OPT,MAX, read by `BuildRequest.dynamic_batch`'s rule (its order is the request's to check)."""
-    from ..export.requests import BuildRequest
-
     return None if value is None else checked(BuildRequest, "dynamic_batch").convert(value, param, ctx)
 
 
@@ -134,8 +124,6 @@ def log(line: str) -> None:
 SIZE = click.option("--size", default="xxs", show_default=True, callback=check_size,
                     help=f"Model size, one of: {', '.join(SIZES)}.")
 def _opset() -> Checked:
-    from ..export.requests import ExportOptions
-
     return checked(ExportOptions, "opset")
 
 

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
+from pathlib import Path
 
 import click
 
 from ..export import FRONTENDS, PRECISIONS, TARGETS
 from ..export.requests import BuildRequest, ExportOptions, ExportRequest
 from ..runtime.artifact import BATCH_PROFILE
-from ..devices.profiles import JETPACKS, TENSORRTS
+from ..devices.profiles import JETPACKS, TENSORRTS, named_profile
 from .common import OPSET, batch_triple, check_size, checked, default, user_errors
+from ..export.calibration import default_cache_dir
+from ..base.messages import require_file
 
 RANDOM = click.option("--random-weights", is_flag=True,
                       help="Without --checkpoint: random weights even where a pretrained model ships (latency work).")
@@ -142,12 +146,11 @@ def build(calib_cache, no_calib_cache, as_json, **kw) -> None:
     Every artifact gets a .json sidecar: versions, device, flags, hashes, preprocessing, classes.
     """
     from ..engine.build import run_build
-    from ..export.calibration import default_cache_dir
 
     cache = None if no_calib_cache else (calib_cache or str(default_cache_dir()))
     req = BuildRequest(calib_cache=cache, **kw)
     result = run_build(req)
-    click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record.to_dict(),
+    click.echo(json.dumps({"artifact": str(result.artifact), "target": result.target, "record": result.record.to_json(),
                            "coverage": result.coverage}, indent=2) if as_json else str(result.artifact))
 
 
@@ -166,14 +169,7 @@ def check_cmd(onnx_path: str, no_build: bool, jetpack: str | None, tensorrt: str
     parse and strongly typed engine build where one is installed. Without --jetpack, the profile the graph's own
     sidecar records (when its sha256 matches). Not buildable: the whole report, then one error line naming its
     first FAIL, and exit status 1."""
-    from dataclasses import asdict
-    from pathlib import Path
-
-    from ..engine.check import check
-    from ..engine.check import format_report
-
-    from ..base.messages import require_file
-    from ..devices.profiles import named_profile
+    from ..engine.check import check, format_report
 
     require_file(onnx_path)  # a device or FIFO is said as such, before anything opens it (which could block)
     rep = check(onnx_path, build=not no_build, profile=named_profile(jetpack, tensorrt))
@@ -295,3 +291,7 @@ def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, thre
     uri = SAMPLE_STREAM if uri is None else uri  # --uri '' is refused, not taken for the sample stream
     click.echo(str(write_deepstream(artifact, out, uri, batch=batch, threshold=threshold,
                                     secondary=sec)))
+
+
+# what the command line registers from this stage: a new deploy format (stacks/) is its command here and nothing more
+COMMANDS = (export, build, check_cmd, export_triton, export_deepstream)

@@ -3,16 +3,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import click
 
+from ..artifacts.schema import recorded
+from ..base.messages import printable
+from ..bench.options import BenchConfig, provider_csv, provider_names
+from ..model.budget import check_batch_fits
+from ..runtime import predict_files, watch
 from ..runtime.images import DEFAULT_MAX_PIXELS
-from ..bench.options import BenchConfig, provider_csv
+from ..runtime.inbox import say
+from ..runtime.serve import RETRY_S, SETTLE_S
+from ..runtime.stream_options import StreamOptions
 from .common import FiniteFloat, checked, default, int_list, thread_count, user_errors
 
 MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
                           help="Refuse, per file and before decoding, images with more pixels than this.")
+
 
 @click.command()
 @click.argument("artifacts", nargs=-1, required=True, type=click.Path(dir_okay=False))
@@ -57,7 +66,6 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
     Example:
       mlit-edge bench artifacts/*.onnx runs/x/checkpoint.pt --batch 1,8
     """
-    from ..bench.options import BenchConfig, provider_names
     from ..bench.report import format_bench
     from ..bench.suite import bench_and_save, failures
 
@@ -82,14 +90,10 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
 def predict(images, model_path, top_k, as_json, max_pixels, force) -> None:
     """Classify image files with the embedded runtime (no torch). Unreadable files get an error entry
     and the rest are still classified; the exit code is 2 when any failed."""
-    from ..runtime import predict_files
-
     results = predict_files(model_path, images, top_k, max_pixels, force)
     if as_json:
         click.echo(json.dumps(results, indent=1))
     else:
-        from ..base.messages import printable
-
         for r in results:  # names and paths escaped: a class name could set the terminal's title
             if "error" in r:
                 click.echo(f"{printable(r['path'])}: ERROR {printable(r['error'])}")
@@ -106,9 +110,9 @@ def predict(images, model_path, top_k, as_json, max_pixels, force) -> None:
 @click.option("--results", required=True, type=click.Path(dir_okay=False), help="JSON-lines file to append to.")
 @click.option("--interval", default=0.5, show_default=True, type=FiniteFloat(min=0.01),
               help="Seconds between polls of an empty inbox.")
-@click.option("--settle", "settle_s", default=1.0, show_default=True, type=FiniteFloat(min=0),
+@click.option("--settle", "settle_s", default=SETTLE_S, show_default=True, type=FiniteFloat(min=0),
               help="Read a file only once its size and time have held still this long.")
-@click.option("--retry", "retry_s", default=10.0, show_default=True, type=FiniteFloat(min=0),
+@click.option("--retry", "retry_s", default=RETRY_S, show_default=True, type=FiniteFloat(min=0),
               help="Retry a file that does not decode until it has held still this long, then fail it.")
 @MAX_PIXELS
 @user_errors
@@ -120,9 +124,6 @@ def serve(model_path, inbox, results, **kw) -> None:
     Drop files safely: write them under a name that starts with "." (or ends in .tmp / .part) and
     rename them into the inbox; a file is read only after it has held still for --settle seconds.
     """
-    from ..runtime import watch
-    from ..runtime.inbox import say
-
     say(f"serving {model_path}: watching {inbox}, results -> {results}")  # dropped, not fatal, on a full log disk
     watch(model_path, inbox, results, interval_s=kw.pop("interval"), **kw)
 
@@ -131,22 +132,17 @@ def check_stream_batch(model_path: str, batch: int | None) -> None:
     """Refuse a `stream --batch` whose buffers cannot fit this machine, before any frame is read, as `build
     --batch` is refused (model.budget, from the model's record). An artifact whose sidecar does not read is
     left to the loader, which says why in its own line."""
-    from ..model.budget import check_batch_fits
     from ..model.records import record_config
-    from ..artifacts.schema import ArtifactRecord
-    from ..artifacts.sidecar import read_sidecar
 
     if batch is None:
         return
     try:
-        config = ArtifactRecord.of(read_sidecar(model_path, verify_hash=False)).config
+        config = recorded(model_path, verify_hash=False).config
     except (ValueError, OSError, TypeError, KeyError, AttributeError):
         return
     check_batch_fits(record_config(config), batch)
 
 
-# The defaults are `runtime.stream.StreamOptions`'s, written out so that the CLI does not import the video stack
-# (OpenCV's wrappers, HTTP) on a device's every command: tests/test_cli_defaults.py holds each equal to its field's
 @click.command()
 @click.argument("source")
 @click.argument("output", required=False, type=click.Path(dir_okay=False))
@@ -154,17 +150,20 @@ def check_stream_batch(model_path: str, batch: int | None) -> None:
               help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
 @click.option("--results", default=None, type=click.Path(dir_okay=False),
               help="Append the JSON lines to this file instead of printing them.")
-@click.option("--every", default=1, show_default=True, type=click.IntRange(min=1), help="Classify one frame in N.")
-@click.option("--batch", default=None, type=click.IntRange(min=1),
+@click.option("--every", default=default(StreamOptions, "every"), show_default=True, type=click.IntRange(min=1),
+              help="Classify one frame in N.")
+@click.option("--batch", default=default(StreamOptions, "batch"), type=click.IntRange(min=1),
               help="Frames per call for a file [default: a static-batch engine's batch, else 1]; live sources "
                    "always classify their newest frame alone.")
-@click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--status-every", "status_s", default=2.0, show_default=True, type=FiniteFloat(min=0),
-              help="Seconds between status lines on stderr (0: only the last).")
-@click.option("--max-frames", default=None, type=click.IntRange(min=1), help="Stop after N classified frames.")
-@click.option("--camera", default="1280x720@30", show_default=True,
+@click.option("--top-k", default=default(StreamOptions, "top_k"), show_default=True, type=click.IntRange(min=1))
+@click.option("--status-every", "status_s", default=default(StreamOptions, "status_s"), show_default=True,
+              type=FiniteFloat(min=0), help="Seconds between status lines on stderr (0: only the last).")
+@click.option("--max-frames", default=default(StreamOptions, "max_frames"), type=click.IntRange(min=1),
+              help="Stop after N classified frames.")
+@click.option("--camera", default="{}x{}@{}".format(*default(StreamOptions, "camera")), show_default=True,
               help="A CSI camera's mode, WIDTHxHEIGHT@FPS.")
-@click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_default=True, type=click.IntRange(min=1),
+@click.option("--max-pixels", default=default(StreamOptions, "max_pixels"), show_default=True,
+              type=click.IntRange(min=1),
               help="Skip (and count as corrupt) frames with more pixels than this; a file whose stated frame size "
                    "is larger is refused.")
 @user_errors
@@ -185,9 +184,7 @@ def stream(source, output, model_path, results, camera, **kw) -> None:
       mlit-edge stream clip.mp4 annotated.mp4 --model mlit-xxs-fp16.plan
       mlit-edge stream csi://0 --model mlit-xxs-fp16.plan --every 2
     """
-    import re
-
-    from ..runtime.stream import StreamOptions, run_stream
+    from ..runtime.stream import run_stream
 
     mode = re.fullmatch(r"(\d+)x(\d+)@(\d+)", camera)
     if not mode:

@@ -6,8 +6,12 @@ from typing import Callable
 
 import click
 
+from ..base.messages import printable
+from ..export.calibration import default_cache_dir
 from ..model.config import GATINGS
-from .common import SEED, FiniteFloat, SIZE, int_list, parse_set, user_errors
+from ..train.run_config import AMPS, RunConfig
+from .common import SEED, FiniteFloat, SIZE, default, int_list, parse_set, user_errors
+
 
 @click.command()
 @SIZE
@@ -34,32 +38,34 @@ def _stacked(opts: list) -> Callable:
     return apply
 
 
-# shared by train, pretrain and finetune. The defaults are `train.fit.RunConfig`'s, written out because that module
-# imports torch, which the CLI never does on import (a device runs it without): tests/test_cli_defaults.py holds
-# each equal to its field's
+# shared by train, pretrain and finetune: each option defaults to its `RunConfig` field
 training_options = _stacked([
-        click.option("--data", default="mnist5k", show_default=True,
+        click.option("--data", default=default(RunConfig, "data"), show_default=True,
                      help="mnist5k (embedded, no network), cifar10, cifar100, svhn, flowers102, or an "
                           "ImageFolder directory."),
-        click.option("--data-root", default="data", show_default=True, type=click.Path(file_okay=False),
-                     help="Where torchvision datasets live (or are downloaded to)."),
+        click.option("--data-root", default=default(RunConfig, "data_root"), show_default=True,
+                     type=click.Path(file_okay=False), help="Where torchvision datasets live (or are downloaded to)."),
         click.option("--download", is_flag=True, help="Download a torchvision dataset if it is missing."),
-        click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1)),
-        click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1),
+        click.option("--epochs", default=default(RunConfig, "epochs"), show_default=True, type=click.IntRange(min=1)),
+        click.option("--batch-size", default=default(RunConfig, "batch_size"), show_default=True,
+                     type=click.IntRange(min=1),
                      help="Global batch size, split across torchrun processes."),
-        click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=None,
+        click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=default(RunConfig, "lr"),
                      help="Peak learning rate [default: 3e-4 * batch / 256, the paper's rule]."),
-        click.option("--min-lr", default=0.0, show_default=True, type=FiniteFloat(min=0)),
-        click.option("--warmup-frac", default=0.05, show_default=True, type=FiniteFloat(0, 1),
+        click.option("--min-lr", default=default(RunConfig, "min_lr"), show_default=True, type=FiniteFloat(min=0)),
+        click.option("--warmup-frac", default=default(RunConfig, "warmup_frac"), show_default=True,
+                     type=FiniteFloat(0, 1),
                      help="Fraction of training spent in linear warm-up."),
-        click.option("--weight-decay", default=0.05, show_default=True, type=FiniteFloat(min=0)),
-        click.option("--clip-grad", default=None, type=FiniteFloat(min=0, min_open=True),
+        click.option("--weight-decay", default=default(RunConfig, "weight_decay"), show_default=True,
+                     type=FiniteFloat(min=0)),
+        click.option("--clip-grad", default=default(RunConfig, "clip_grad"), type=FiniteFloat(min=0, min_open=True),
                      help="Clip the gradient norm to this value."),
-        click.option("--amp", default="auto", show_default=True, type=click.Choice(["auto", "fp16", "bf16", "off"]),
+        click.option("--amp", default=default(RunConfig, "amp"), show_default=True, type=click.Choice(AMPS),
                      help="Mixed precision: auto is fp16 with a GradScaler on CUDA, bf16 on a CPU with AMX "
                           "(faster there) and fp32 on other CPUs; off is fp32 everywhere."),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-        click.option("--seed", default=0, show_default=True, type=SEED),
+        click.option("--device", default=default(RunConfig, "device"), show_default=True,
+                     help="auto, cpu, cuda or cuda:N."),
+        click.option("--seed", default=default(RunConfig, "seed"), show_default=True, type=SEED),
         click.option("--deterministic", is_flag=True, help="Use deterministic kernels (bitwise repeatable on CPU)."),
         click.option("--resident", is_flag=True,
                      help="Keep the whole dataset on the device and augment it there (fast GPU path)."),
@@ -74,25 +80,27 @@ training_options = _stacked([
         click.option("--gating", default=None, type=click.Choice(sorted(GATINGS)),
                      help="A named gating of the routing ablation (docs/training.md, 'Routing health') [default: the "
                           "config's]; --set fields win over it."),
-        click.option("--eval-every", default=1, show_default=True, type=click.IntRange(min=1),
+        click.option("--eval-every", default=default(RunConfig, "eval_every"), show_default=True,
+                     type=click.IntRange(min=1),
                      help="Evaluate on the test split and redraw the run's PNGs (pretrain: the reconstruction "
                           "figure) every N epochs, and after the last."),
-        click.option("--progress/--no-progress", default=True, help="Progress bars (--no-progress: log lines only)."),
+        click.option("--progress/--no-progress", default=default(RunConfig, "progress"),
+                     help="Progress bars (--no-progress: log lines only)."),
 ])
 
 
 few_labels = _stacked([  # train and finetune
-    click.option("--labels-per-class", default=None, type=int, metavar="N",
+    click.option("--labels-per-class", default=default(RunConfig, "labels_per_class"), type=int, metavar="N",
                  help="Train on N labelled images of each class only: a class-balanced subset of the training "
                       "split, drawn by --subset-seed and recorded (indices' sha256) in the checkpoint and "
                       "metrics.jsonl [default: every image]."),
-    click.option("--subset-seed", default=0, show_default=True, type=SEED,
+    click.option("--subset-seed", default=default(RunConfig, "subset_seed"), show_default=True, type=SEED,
                  help="The draw of --labels-per-class's subset: the same seed gives the same images."),
 ])
 
 
 def _train_command(task: str, size: str | None, **kw) -> None:
-    from ..train.fit import RunConfig, fit
+    from ..train.fit import fit  # torch
 
     run = RunConfig.for_task(task, size, **kw)
     metrics = fit(run)
@@ -120,7 +128,7 @@ def train(size: str, **kw) -> None:
 
 @click.command()
 @SIZE
-@click.option("--mask-ratio", default=None, type=FiniteFloat(0, 1, max_open=True),
+@click.option("--mask-ratio", default=default(RunConfig, "mask_ratio"), type=FiniteFloat(0, 1, max_open=True),
               help="Fraction of patches hidden from the encoder [default: 0.75, the paper's].")
 @training_options
 @user_errors
@@ -138,7 +146,7 @@ def pretrain(size: str, **kw) -> None:
 @user_errors
 def finetune(**kw) -> None:
     """Fine-tune a classifier from an mmLiT encoder; the head is new, sized to the dataset."""
-    _train_command("finetune", None, **kw)  # the size is the encoder's (train.fit.encoder_size)
+    _train_command("finetune", None, **kw)  # the size is the encoder's (train.run_config.encoder_size)
 
 
 @click.command("eval")
@@ -169,7 +177,6 @@ def export_weights(checkpoint: str, out: str, force: bool) -> None:
     """A checkpoint (or pretrained:NAME) as model.safetensors + config.json, for sharing: the weights with no
     pickle, and the config, classes, preprocessing and provenance (the checkpoint's sha256). Training state
     (optimizer, epoch counters for --resume) stays in the .pt."""
-    from ..base.messages import printable
     from ..train.export_weights import export_weights as write
 
     config = write(checkpoint, out, force)
@@ -202,7 +209,6 @@ def quickstart(**kw) -> None:
     --train, one trained here), build fp32/fp16/int8, bench them against the PyTorch checkpoint and print
     the comparison table."""
     from ..bench.report import format_bench
-    from ..export.calibration import default_cache_dir
     from ..quickstart import run_quickstart
 
     report = run_quickstart(calib_cache=str(default_cache_dir()), **kw)

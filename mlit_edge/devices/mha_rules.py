@@ -29,6 +29,7 @@ import re
 
 from typing import Dict, Optional, Tuple
 
+from ..artifacts.targets import PARSER_GRAPH
 from .profiles import JETPACK_TABLE
 
 MIN_SM = 75  # DG: "SM version must be >= 75"
@@ -118,7 +119,7 @@ def pad_choice(setting: str, head: int, runtime: str, tensorrt: Optional[str],
         return (n if n > head else None), f"--pad-heads {n}"
     if setting == "off":
         return None, "--pad-heads off"
-    if runtime != "tensorrt" or tensorrt is None:  # benchmarks/pad_heads.py: no faster on ONNX Runtime's CPU
+    if runtime != PARSER_GRAPH or tensorrt is None:  # benchmarks/pad_heads.py: no faster on ONNX Runtime's CPU
         return None, ("auto: not for ONNX Runtime (its CPU kernels were measured no faster with padded heads: "
                       "benchmarks/pad_heads.py, docs/export-and-build.md)")
     why_not = version_rule(tensorrt)

@@ -20,44 +20,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Mapping, Tuple
+from typing import Any, List, Tuple
 
 from ..artifacts.schema import ArtifactRecord
-from .trt_env import MODULES
+from ..artifacts.targets import CONSUMERS, TABLE, of_module
 
-CONSUMERS = {"deepstream": "DeepStream's nvinfer", "triton": "Triton's TensorRT backend"}
 JETSON_PLATFORM = "Linux aarch64"  # platform.system() and machine() on a Jetson, as trt_env.local_env records them
 
 
-def build_command(record: Mapping[str, Any], consumer: str = "triton") -> str:
+def build_command(record: ArtifactRecord, consumer: str = "triton") -> str:
     """The build to run on the device for a plan the consumer can load: from the plan's source ONNX, or for
     DeepStream from the probabilities copy export-deepstream makes of it (nvinfer reads probabilities)."""
-    onnx = str(record.get("source_onnx") or "X.onnx")
+    onnx = str(record.source_onnx or "X.onnx")
     if consumer == "deepstream" and not onnx.endswith("-probabilities.onnx"):
         onnx = f"{onnx[:-len('.onnx')] if onnx.endswith('.onnx') else onnx}-probabilities.onnx"
-    return f"mlit-edge build --onnx {onnx} --target tensorrt --precision {record.get('precision', 'fp16')}"
+    target = next(t.name for t in TABLE.values() if consumer in t.consumers and t.frontend_of is None
+                  and t.builder is not None)
+    return f"mlit-edge build --onnx {onnx} --target {target} --precision {record.precision}"
 
 
-def _fix(record: Mapping[str, Any], consumer: str) -> str:
+def _fix(record: ArtifactRecord, consumer: str) -> str:
     if consumer != "deepstream":
         return f"on the device run {build_command(record)}"
-    return (f"pass the ONNX ({record.get('source_onnx') or 'X.onnx'}) to export-deepstream instead (nvinfer builds "
+    return (f"pass the ONNX ({record.source_onnx or 'X.onnx'}) to export-deepstream instead (nvinfer builds "
             "and caches the engine itself), or build the plan on the Jetson from the copy export-deepstream writes: "
             f"{build_command(record, consumer)}")
 
 
-def check_plan_consumer(record: Mapping[str, Any], path: str | Path, consumer: str) -> None:
+def check_plan_consumer(record: ArtifactRecord, path: str | Path, consumer: str) -> None:
     """ValueError (one line, with the build command) unless `consumer` ("deepstream" or "triton") can load the
     plan `path` whose sidecar is `record`."""
     if consumer not in CONSUMERS:
         raise ValueError(f"unknown consumer {consumer!r}: one of {', '.join(CONSUMERS)}")
-    name, rec = Path(path).name, ArtifactRecord.of(record)
-    if record.get("target") == "tensorrt-rtx" or rec.builder_module == MODULES["tensorrt-rtx"]:
-        raise ValueError(f"{name} is a TensorRT-RTX plan, and {CONSUMERS[consumer]} loads TensorRT plans only; "
-                         f"{_fix(record, consumer)}")
+    name = Path(path).name
+    # the sidecar's target and the module that built the plan: either one naming a runtime the consumer lacks
+    for made_by in (TABLE.get(str(record.target)), of_module(record.builder_module or "")):
+        if made_by is not None and consumer not in made_by.consumers:
+            raise ValueError(f"{name} is a {made_by.title} plan, and {CONSUMERS[consumer]} loads TensorRT plans "
+                             f"only; {_fix(record, consumer)}")
     if consumer != "deepstream":
         return
-    platform, module = rec.device.get("platform"), rec.device.get("module") or rec.device.get("l4t")
+    platform, module = record.device.get("platform"), record.device.get("module") or record.device.get("l4t")
     if platform != JETSON_PLATFORM or not module:
         built = f"on {platform}" if platform else "on a platform its sidecar does not record"
         raise ValueError(f"{name} was built {built}{'' if module else ', not on a Jetson'}, and DeepStream on a "
@@ -102,12 +105,11 @@ def _tensor(path: Path, field: str, t: Any) -> PlanTensor:
     return PlanTensor(name, dtype, tuple(shape))
 
 
-def engine_io(record: Mapping[str, Any], path: str | Path) -> Tuple[List[PlanTensor], List[PlanTensor]]:
+def engine_io(record: ArtifactRecord, path: str | Path) -> Tuple[List[PlanTensor], List[PlanTensor]]:
     """A plan's inputs and outputs as its sidecar's `engine.io` records them, every field checked (at least one
     of each); ValueError in one line naming the field otherwise."""
     path = Path(path)
-    engine = record.get("engine")
-    io = engine.get("io") if isinstance(engine, dict) else None
+    io = record.engine_io
     if io is None:
         raise ValueError(f"{path.name}.json records no engine I/O (a torch-tensorrt engine, or an old build); "
                          f"{REBUILD}")

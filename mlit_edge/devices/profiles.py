@@ -27,9 +27,12 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, Optional, Tuple
 
 from ..base.textfile import read_json
+
+if TYPE_CHECKING:  # annotations only: this module stays stdlib-only at run time
+    from ..artifacts.schema import ArtifactRecord
 
 # a plain file beside the module (package-data in pyproject.toml): json reads it on any Python, no importlib.resources
 TABLE = Path(__file__).with_name("jetpacks.json")
@@ -205,10 +208,10 @@ def profile_named(name: Optional[str]) -> DeviceProfile:
     return PROFILES[name]
 
 
-def recorded_profile(record: dict) -> Optional[DeviceProfile]:
+def recorded_profile(record: ArtifactRecord) -> Optional[DeviceProfile]:
     """The device profile a sidecar records (its `profile` object, by name); None where it records none (made
     before profiles were recorded); a one-line ValueError naming the value for anything else (`profile: 5`)."""
-    value = record.get("profile")
+    value = record.profile_field
     if value is None:
         return None
     name = value.get("name") if isinstance(value, dict) else None

@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..base.messages import printable, require_file
-from ..artifacts.schema import ArtifactRecord
+from ..artifacts.schema import ArtifactRecord, check_record
 from ..artifacts.sidecar import read_sidecar
+from ..artifacts.targets import MODULES, TABLE
 from ..base.textfile import read_bytes, read_json, read_text
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the API this module is type-checked against (tensorrt-stubs, tools/typecheck_trt.py)
     import tensorrt as trt
-
-MODULES = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}  # build target -> Python module
 
 
 class EngineError(RuntimeError):
@@ -58,10 +57,8 @@ def import_trt(target: str | None = None):
     try:
         return _import(name)
     except ImportError:
-        hint = ("TensorRT comes with JetPack on Jetson, or `pip install tensorrt` with CUDA on x86; "
-                "--target onnxruntime or --target tensorrt-rtx work on this machine") if target == "tensorrt" \
-            else "pip install 'mlit-edge[trt-check]'"
-        raise RuntimeError(f"--target {target}: the `{name}` module is not installed ({hint})") from None
+        raise RuntimeError(f"--target {target}: the `{name}` module is not installed ({TABLE[target].install})") \
+            from None
 
 
 @dataclass(frozen=True)
@@ -182,66 +179,68 @@ def local_env(target: str | None = None) -> DeviceEnv:
                      f"{platform.system()} {platform.machine()}", jetson_module() if l4t else None)
 
 
-def rebuild_hint(record: dict) -> str:
-    src = record.get("source_onnx") or "model.onnx"
-    return f"rebuild it here: mlit-edge build --onnx {src} --precision {record.get('precision', 'fp16')} --target " \
-           f"{record.get('target', 'tensorrt')}"
+def rebuild_hint(record: ArtifactRecord) -> str:
+    src = record.source_onnx or "model.onnx"
+    return f"rebuild it here: mlit-edge build --onnx {src} --precision {record.precision} --target " \
+           f"{record.target or 'tensorrt'}"
 
 
-def check_compatible(record: dict, env: DeviceEnv, force: bool = False) -> None:
+def check_compatible(record: ArtifactRecord, env: DeviceEnv, force: bool = False) -> None:
     """Raise EngineError (one line, with the rebuild command) unless `env` can run the plan of `record`.
     `force`: run a plan built on another Jetson module of the same GPU (the user knows better; said)."""
     # every line quotes the sidecar (module, version, GPU, module name): escaped here, not only by the CLI, since
     # the Python API raises and logs them as they are
-    rec = ArtifactRecord.of(record)
-    if rec.builder_module != env.trt_module or rec.builder_version != env.trt_version:
+    if record.builder_module != env.trt_module or record.builder_version != env.trt_version:
         have = f"{env.trt_module} {env.trt_version}" if env.trt_module else "no TensorRT"
-        raise EngineError(printable(f"{record.get('artifact')} was built with {rec.builder_module} "
-                                    f"{rec.builder_version}; this machine has {have}; {rebuild_hint(record)}"))
+        raise EngineError(printable(f"{record.artifact} was built with {record.builder_module} "
+                                    f"{record.builder_version}; this machine has {have}; {rebuild_hint(record)}"))
     if env.compute_capability is None:
-        raise EngineError(printable(f"{record.get('artifact')}: no CUDA GPU on this machine, and a TensorRT engine "
+        raise EngineError(printable(f"{record.artifact}: no CUDA GPU on this machine, and a TensorRT engine "
                                     "needs one to deserialize (use the .onnx with ONNX Runtime here)"))
-    want = rec.device.get("compute_capability")
+    want = record.device.get("compute_capability")
     if want is not None and want != env.compute_capability:
-        raise EngineError(printable(f"{record.get('artifact')} was built for {rec.device.get('gpu_name')} "
+        raise EngineError(printable(f"{record.artifact} was built for {record.device.get('gpu_name')} "
                                     f"(sm_{want.replace('.', '')}); this GPU is {env.gpu_name} "
                                     f"(sm_{env.compute_capability.replace('.', '')}); {rebuild_hint(record)}"))
     # AGX Orin, Orin NX and Orin Nano share sm_87: the compute capability does not tell them apart, and a plan's
     # tactics are timed on one module's clocks and memory
-    built_on = rec.device.get("module")
+    built_on = record.device.get("module")
     if built_on and env.module and built_on != env.module:
         if not force:
-            raise EngineError(printable(f"{record.get('artifact')} was built on a {built_on}; this is a "
+            raise EngineError(printable(f"{record.artifact} was built on a {built_on}; this is a "
                                         f"{env.module}; {rebuild_hint(record)} (or pass --force to run it anyway)"))
-        logger.warning(printable(f"warning: --force: running {record.get('artifact')}, built on a {built_on}, "
+        logger.warning(printable(f"warning: --force: running {record.artifact}, built on a {built_on}, "
                                  f"on this {env.module}"))
 
 
 def verify_plan(plan: str | Path, env: DeviceEnv | None = None, content: bytes | None = None,
-                force: bool = False) -> dict:
-    """The plan's sidecar record once the plan is proven intact and runnable here (nothing is
-    deserialized). `content`: the plan's bytes as they will be deserialized, hashed instead of the
-    file. Every refusal is an EngineError or FileNotFoundError with one line."""
+                force: bool = False) -> ArtifactRecord:
+    """The plan's sidecar record once the plan is proven intact and runnable here and its fields are
+    checked (`schema.check_record`; nothing is deserialized). `content`: the plan's bytes as they will be
+    deserialized, hashed instead of the file. Every refusal is an EngineError or FileNotFoundError with one
+    line."""
     plan = require_file(plan)
     try:
-        record = read_sidecar(plan, content=content)
+        data = read_sidecar(plan, content=content)
     except ValueError as e:
         raise EngineError(str(e)) from None
-    if record.get("kind") != "tensorrt-engine":
-        raise EngineError(f"{plan}: its sidecar describes a {record.get('kind', 'non-engine')} artifact, not a "
+    record = ArtifactRecord.from_json(data)
+    if record.kind != "tensorrt-engine":
+        raise EngineError(f"{plan}: its sidecar describes a {record.kind or 'non-engine'} artifact, not a "
                           "TensorRT engine")
-    check_compatible(record, env or local_env(record.get("target", "tensorrt")), force)
+    check_compatible(record, env or local_env(record.target or "tensorrt"), force)
+    check_record(data, plan)
     return record
 
 
-def deserialize(content: bytes, record: dict, plan: str | Path) -> trt.ICudaEngine:
+def deserialize(content: bytes, record: ArtifactRecord, plan: str | Path) -> trt.ICudaEngine:
     """TensorRT's engine from plan bytes that `verify_plan` passed."""
     if TYPE_CHECKING:
         import tensorrt as api
     else:  # at run time, the module the plan was built with (tensorrt or tensorrt_rtx)
-        api = import_trt(record.get("target", "tensorrt"))
+        api = import_trt(record.target or "tensorrt")
     runtime = api.Runtime(api.Logger(api.Logger.ERROR))
-    dla_core = ArtifactRecord.of(record).dla_core
+    dla_core = record.dla_core
     if dla_core is not None:
         # IRuntime::setDLACore (NvInferRuntime.h, release/8.5-10.13): the DLA core the engine executes on,
         # -1 by default, set before deserializeCudaEngine, as trtexec does with --useDLACore; without it two
@@ -253,7 +252,7 @@ def deserialize(content: bytes, record: dict, plan: str | Path) -> trt.ICudaEngi
     return engine
 
 
-def load_engine(plan: str | Path, env: DeviceEnv | None = None) -> tuple[trt.ICudaEngine, dict]:
+def load_engine(plan: str | Path, env: DeviceEnv | None = None) -> tuple[trt.ICudaEngine, ArtifactRecord]:
     """Read the plan once, verify those bytes (sha256, TensorRT version, GPU), then deserialize them.
 
     Returns (engine, sidecar record).

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, List
 
+from .profiles import trt_major_minor
+
 UINT8_INPUT_SINCE = (8, 5)  # the first TensorRT with UINT8 network input (module docstring)
 ONNX_UINT8, ONNX_FLOAT, ONNX_FLOAT16 = 2, 1, 10  # onnx.TensorProto's element types (stdlib only: no onnx import to name them)
 CAST_TO = {ONNX_FLOAT: "FLOAT", ONNX_FLOAT16: "FLOAT16"}  # the only casts TensorRT's kUINT8 documentation allows
@@ -30,8 +32,6 @@ CAST_TO = {ONNX_FLOAT: "FLOAT", ONNX_FLOAT16: "FLOAT16"}  # the only casts Tenso
 def uint8_input_allowed(trt_version: str) -> bool:
     """Whether that TensorRT ("8.5.2", "10.3", or a bare major such as the desktop profile's "10") takes UINT8
     network input; ValueError for what is not a version."""
-    from .profiles import trt_major_minor
-
     version = str(trt_version)
     if version.isdigit():  # a whole major: every release of it, so its first
         return (int(version), 0) >= UINT8_INPUT_SINCE

@@ -10,17 +10,24 @@ leaves no partial artifact under a final name.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
+from ..artifacts.input_convention import INPUT_NAMES
+from ..artifacts.schema import ArtifactRecord
+from ..artifacts.targets import TABLE
+from ..devices.profiles import contradiction, recorded_profile
+from ..devices.trt_env import import_trt, local_env
+from ..export.calibration import calibration_set, write_manifest
+from ..export.handoff import Variant
 from ..export.pipeline import export_stage
 from ..export.requests import BuildRequest
-from ..export.flavours import artifact_name
 from ..export.resolve import BuildPlan, resolve_plan, resolve_target
 from ..export.source import Source, open_source
-from ..artifacts.schema import ArtifactRecord
-from ..devices.trt_env import import_trt, local_env
-from .plan import BuildOptions, engine_record, write_plan
+from ..runtime.artifact import torch_available
+from ..runtime.runners import load_onnx
+from .plan import BuildOptions, build_serialized, engine_record, write_plan
 
 logger = logging.getLogger(__name__)
 
@@ -47,69 +54,60 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
     """
-    from .dla import check_dla_request
+    from .dla import check_dla_int8, check_dla_request
 
     target = resolve_target(req.target, req.frontend)  # before the source opens: a missing TensorRT fails first
+    row = TABLE[target[0]]
+    builder = BUILDERS.get((TABLE.get(req.frontend) or row).builder or "")
     check_dla_request(req.dla_core, req.precision, req.batch, target[0])  # before any work: one the DLA cannot run
-    if req.frontend == "torch-tensorrt":
-        from .torch_trt import require_torch_tensorrt
-
-        require_torch_tensorrt(req.precision)
-    dla_int8 = req.dla_core is not None and req.precision == "int8"
-    if dla_int8 and (target[0] != "tensorrt" or req.frontend != "onnx"):  # before TensorRT(-RTX) is imported
-        from .dla import check_dla_int8
-
+    if builder is not None and builder.preflight is not None:
+        builder.preflight()
+    parsed = builder is not None and builder.imports_module  # built by the target's own module, imported here
+    if req.dla_int8 and not (row.implicit_int8 and parsed):  # before TensorRT(-RTX) is imported
         check_dla_int8(target[0], None, req.onnx, req.frontend)
-    trt = import_trt(target[0]) if target[0] in ("tensorrt", "tensorrt-rtx") and req.frontend == "onnx" else None
-    if dla_int8:  # calibrated INT8 from the fp32 graph (engine/dla_int8.py); a Q/DQ ONNX is refused
-        from .dla import check_dla_int8
-
+    trt = import_trt(target[0]) if parsed else None
+    if req.dla_int8:  # calibrated INT8 from the fp32 graph (engine/dla_int8.py); a Q/DQ ONNX is refused
         check_dla_int8(target[0], trt, req.onnx)
     source = source or open_source(req, req.onnx)
     if source.onnx is not None:
-        _graph_decides(source.onnx, source.record.raw)
+        _graph_decides(source.onnx, source.record)
         _well_formed(source.onnx)
-    # where TensorRT itself builds (the device), its version decides the profile; the DLA's INT8 exports fp32
-    plan = resolve_plan(replace(req, precision="fp32") if dla_int8 else req, source, target,
-                        trt.__version__ if trt is not None and target[0] == "tensorrt" else None)
-    if dla_int8 and plan.engine is not None:
-        plan = replace(plan, engine=plan.engine.with_name(artifact_name(source.stem, "int8", ".plan")))
+    # where TensorRT itself builds (the device), its version decides the profile
+    plan = resolve_plan(req, source, target, trt.__version__ if trt is not None and row.versioned_profile else None)
     for note in plan.notes:
         logger.info(note)
     with export_stage(plan, source, req) as exported:
         final = exported.final
         notes = [plan.target_note] if plan.target_note else []
         if plan.engine is None:
-            logger.info(f"[build] artifact for ONNX Runtime: {final.path} (+ {final.path.name}.json)")
+            logger.info(f"[build] artifact for {row.title}: {final.path} (+ {final.path.name}.json)")
             return BuildResult(final.path, final.record, final.path, plan.target, notes, final.coverage,
                                final.calibration_reused)
-        result = (_dla_int8_engine(req, plan, final.path, final.record, final.sha256, trt) if dla_int8
-                  else _engine(req, plan, source.model, final.path, final.record, trt))
+        result = (_dla_int8_engine if plan.dla_int8 else builder.build)(req, plan, source.model, final, trt)
         fields = engine_record(final.path, final.record, final.sha256, result, local_env(plan.target), plan.target,
                                plan.frontend, plan.device.record() if plan.device else None)
         if plan.batch:  # built static from any ONNX (--onnx with a dynamic batch too): the plan has one batch
             fields["batch"] = plan.batch
-        if dla_int8:  # the engine is INT8 though its source ONNX is the fp32 graph
+        if plan.dla_int8:  # the engine is INT8 though its source ONNX is the fp32 graph
             fields.update(precision="int8", calibration_sha256=result["flags"]["calibration"]["manifest_sha256"])
         record = write_plan(result["engine"], plan.engine, fields)
         if "dla" in result["flags"]:
             from .dla import format_placement
 
             logger.info(f"      {format_placement(result['flags']['dla'])}")
-        logger.info(f"      {plan.engine}: {record['bytes'] / 1e6:.2f} MB, {result.get('layers')} layers, "
+        logger.info(f"      {plan.engine}: {(record.nbytes or 0) / 1e6:.2f} MB, {result.get('layers')} layers, "
                     f"{result['build_s']} s "
                     f"(+ {plan.engine.name}.json)")
-        return BuildResult(plan.engine, ArtifactRecord.of(record), final.path, plan.target, notes, final.coverage,
+        return BuildResult(plan.engine, record, final.path, plan.target, notes, final.coverage,
                            final.calibration_reused)
 
 
-def _graph_decides(onnx: Path, record) -> None:
+def _graph_decides(onnx: Path, record: ArtifactRecord) -> None:
     """Refuse, in one line, an --onnx whose sidecar records a device profile this mlit-edge does not know, or
     one its graph contradicts (an opset or an op that profile's parser lacks): the graph is what TensorRT
     parses, so it decides, and the plan would otherwise be recorded for a device that cannot read it. Read
     with the byte-level scan (artifacts.graph_scan): a device needs no onnx package for it."""
     from ..artifacts.graph_scan import default_opset, nodes
-    from ..devices.profiles import contradiction, recorded_profile
 
     try:
         made_for = recorded_profile(record)
@@ -134,7 +132,6 @@ def _well_formed(path: Path) -> None:
         import onnx  # noqa: F401
     except ImportError:
         return
-    from ..runtime.runners import load_onnx
     from .malformed import malformed
 
     faults = malformed(load_onnx(path))
@@ -149,59 +146,61 @@ def batch_profile(req: BuildRequest, plan: BuildPlan) -> tuple[int, int, int]:
     return (plan.batch,) * 3 if plan.batch else req.profile
 
 
-def _engine(req: BuildRequest, plan: BuildPlan, model, final: Path, final_record: ArtifactRecord, trt) -> dict:
-    """The serialized engine of `final`, through TensorRT's ONNX parser or torch-tensorrt."""
-    strongly = plan.strongly_typed
-    if not strongly and req.frontend == "onnx":
-        logger.info(f"[build] {plan.device.describe()}: EXPLICIT_BATCH, builder flags for {req.precision}, "
-                    f"{len(final_record.fp32_layers)} ONNX nodes pinned to fp32 (OBEY_PRECISION_CONSTRAINTS)")
-    elif plan.target == "tensorrt-rtx" and plan.device is not None and not plan.device.strongly_typed:
-        logger.info(f"note: TensorRT-RTX builds strongly typed only: this plan shows that the {plan.device.name} graph "
-                    f"parses and builds; the Jetson builds its own, weakly typed (mlit-edge build --onnx on it)")
-    opts = BuildOptions(batch_profile(req, plan), req.workspace, req.timing_cache, req.dla_core, strongly,
-                        req.precision, final_record.fp32_layers)
-    if plan.frontend == "torch-tensorrt":
-        from ..export.static import to_deploy
-        from .torch_trt import torch_tensorrt_engine
+def _options(req: BuildRequest, plan: BuildPlan, final: Variant) -> BuildOptions:
+    return BuildOptions(batch_profile(req, plan), req.workspace, req.timing_cache, req.dla_core, plan.strongly_typed,
+                        req.precision, final.record.fp32_layers)
 
-        logger.info(f"[build] torch-tensorrt: compiling to_deploy(model) into {plan.engine}")
-        cfg = model.cfg
-        return torch_tensorrt_engine(to_deploy(model), req.precision, opts,
-                                     (1, cfg.in_chans, cfg.img_size, cfg.img_size), plan.batch)
-    from .plan import build_serialized
+
+def _parsed_engine(req: BuildRequest, plan: BuildPlan, model, final: Variant, trt) -> dict:
+    """The serialized engine of `final` through the target's TensorRT ONNX parser (`trt`, imported by run_build)."""
+    strongly = plan.strongly_typed
+    if not strongly:
+        logger.info(f"[build] {plan.device.describe()}: EXPLICIT_BATCH, builder flags for {req.precision}, "
+                    f"{len(final.record.fp32_layers)} ONNX nodes pinned to fp32 (OBEY_PRECISION_CONSTRAINTS)")
+    elif TABLE[plan.target].strongly_typed_only and plan.device is not None and not plan.device.strongly_typed:
+        logger.info(f"note: {TABLE[plan.target].title} builds strongly typed only: this plan shows that the "
+                    f"{plan.device.name} graph parses and builds; the Jetson builds its own, weakly typed (mlit-edge "
+                    "build --onnx on it)")
+    opts = _options(req, plan, final)
 
     lo, opt, hi = opts.profile
     logger.info(f"[build] {trt.__name__} {trt.__version__}: {'strongly' if strongly else 'weakly'} typed engine from "
-                f"{final.name} (batch {plan.batch or f'{lo},{opt},{hi}'})")
-    result = build_serialized(final, trt, opts)
+                f"{final.path.name} (batch {plan.batch or f'{lo},{opt},{hi}'})")
+    result = build_serialized(final.path, trt, opts)
     if not result["ok"]:
         raise RuntimeError(f"{result['module']} {result['stage']} failed: " + " | ".join(result["errors"]))
     return result
 
 
-def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_record: ArtifactRecord,
-                     sha256: str | None, trt) -> dict:
-    """The calibrated INT8 DLA engine of the fp32 `final`: the QDQ recipe's images (export/calibration.py), its
+def _torch_engine(req: BuildRequest, plan: BuildPlan, model, final: Variant, trt) -> dict:
+    """The serialized engine of to_deploy(`model`), compiled by torch-tensorrt (the ONNX only measured)."""
+    from ..export.static import to_deploy
+    from .torch_trt import torch_tensorrt_engine
+
+    logger.info(f"[build] torch-tensorrt: compiling to_deploy(model) into {plan.engine}")
+    cfg = model.cfg
+    return torch_tensorrt_engine(to_deploy(model), req.precision, _options(req, plan, final),
+                                 (1, cfg.in_chans, cfg.img_size, cfg.img_size), plan.batch)
+
+
+def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, model, exported: Variant, trt) -> dict:
+    """The calibrated INT8 DLA engine of the fp32 `exported`: the QDQ recipe's images (export/calibration.py), its
     manifest beside the plan, the TensorRT cache keyed by both hashes (engine/dla_int8.py)."""
-    from ..export.calibration import calibration_set, resolve_recipe, write_manifest
-    from ..artifacts.input_convention import INPUT_NAMES, convention_of, dtype_of
+    final, final_record, sha256 = exported.path, exported.record, exported.sha256
     from .dla_int8 import cache_path, calibration_record, make_calibrator
-    from .plan import build_serialized
 
     assert plan.engine is not None and plan.batch is not None  # a TensorRT target; --dla-core needs --batch
-    from ..runtime.artifact import torch_available
 
     if not torch_available():  # export.calibration reads its data set through train.data, which is torch's
         raise RuntimeError("--dla-core with --precision int8 calibrates on the recipe's images, which are read "
                            "through torch, and this machine has none (a Jetson's runtime install): not available "
                            "here yet; build it where torch and this TensorRT are both installed, or build "
                            "--dla-core with --precision fp16")
-    calib = calibration_set(resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, final_record.dataset),
-                            req.data_root)
+    calib = calibration_set(plan.recipe, req.data_root)
     write_manifest(calib.manifest, plan.engine.with_name(plan.engine.stem + ".calib.json"))
     cache = cache_path(plan.engine, calib.manifest["sha256"], sha256 or "")
-    calibrator = make_calibrator(trt, calib.for_graph(INPUT_NAMES[convention_of(final_record)],
-                                                      dtype_of(final_record)), plan.batch, cache)
+    calibrator = make_calibrator(trt, calib.for_graph(INPUT_NAMES[final_record.input_convention],
+                                                      final_record.input_dtype), plan.batch, cache)
     opts = BuildOptions(batch_profile(req, plan), req.workspace, req.timing_cache, req.dla_core, False, "int8",
                         final_record.fp32_layers, calibrator)
     logger.info(f"[build] {trt.__name__} {trt.__version__}: calibrated INT8 (IInt8EntropyCalibrator2, "
@@ -215,3 +214,24 @@ def _dla_int8_engine(req: BuildRequest, plan: BuildPlan, final: Path, final_reco
     used = calib.manifest["images"] // plan.batch * plan.batch  # whole static batches (dla_int8.calibration_batches)
     result["flags"]["calibration"] = calibration_record(calib.manifest, cache, used, calibrator.reused)
     return result
+
+
+def _require_torch_tensorrt() -> None:
+    from .torch_trt import (
+        require_torch_tensorrt,  # a device's build never loads the frontend's module
+    )
+
+    require_torch_tensorrt()
+
+
+@dataclass(frozen=True)
+class Builder:
+    """How the engine step builds a target's artifact (artifacts.targets: a row's `builder` names one)."""
+
+    build: Callable[[BuildRequest, BuildPlan, Any, Variant, Any], dict]  # (req, plan, model, final, trt) -> result
+    imports_module: bool  # run_build imports the target's module before the source opens and hands it in
+    preflight: Callable[[], None] | None = None  # refuses, before any work, a build this machine cannot run
+
+
+BUILDERS = {"onnx-parser": Builder(_parsed_engine, True),
+            "torch-tensorrt": Builder(_torch_engine, False, _require_torch_tensorrt)}

@@ -11,15 +11,24 @@ op, node and tensor names come from the file.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from ..export import OPSETS
 from ..artifacts.graph_scan import onnxruntime_ops
 from ..base.messages import first_line, printable
-from ..devices.profiles import DeviceProfile
+from ..devices.profiles import DEFAULT, PROFILES, DeviceProfile, recorded_profile
 from ..devices.trt_env import import_trt
 from .check_build import build_apart, trt_build  # noqa: F401 (trt_build: the API's)
 from .check_report import CheckReport, format_report  # noqa: F401 (format_report: the CLI's and the tests')
+from ..runtime.runners import load_onnx
+from .malformed import constants, default_opset, malformed, unknown_ops
+from .fusion import attention_fusion, layernorm_form
+from ..devices.uint8_io import uint8_input_allowed, uint8_inputs, uint8_problems
+from .trt_sources import op_table
+from ..artifacts.schema import ArtifactRecord, SidecarError, check_runtime, recorded
+from ..artifacts.sidecar import sha256_file
+from ..artifacts.targets import PARSER_GRAPH
 
 DENIED = {"NonZero", "Scatter", "ScatterND", "ScatterElements", "If", "Loop", "RandomNormal", "RandomNormalLike",
           "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -57,8 +66,6 @@ def nodes_per_layer(model) -> list[int]:
 def _load(path: Path, rep: CheckReport):
     """The model at `path`, or None with the reason as a FAIL line (an empty file, bytes that are not ONNX,
     a model without a graph); a missing path is an error, not a report."""
-    from ..runtime.runners import load_onnx
-
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     if path.stat().st_size == 0:
@@ -96,8 +103,6 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Che
     """Everything that needs no TensorRT. `profile`: check the ops and opset against that TensorRT's own
     operator table (`parser_checks`); without one, against TensorRT 10's opsets. A graph that is not
     well-formed ONNX (engine.malformed) gets its faults as FAIL lines and no further analysis."""
-    from .malformed import constants, default_opset, malformed, unknown_ops
-
     path = Path(path)
     rep = CheckReport(str(path))
     model = _load(path, rep)
@@ -128,16 +133,9 @@ def static_checks(path: str | Path, profile: DeviceProfile | None = None) -> Che
     if profile is not None and not rep.onnxruntime_ops:
         parser_checks(rep, model, profile)
     if not rep.onnxruntime_ops:  # a prediction from documented rules; it never fails the check
-        from dataclasses import asdict
-
-        from ..devices.profiles import DEFAULT, PROFILES
-        from .fusion import attention_fusion, layernorm_form
-
         fused_for = profile or PROFILES[DEFAULT]
         rep.fusion = [{**asdict(f), "fusable": f.fusable} for f in attention_fusion(model, fused_for, inferred)]
         rep.layernorm, rep.profile = layernorm_form(model), rep.profile or fused_for.name
-    from ..devices.uint8_io import uint8_problems
-
     rep.problems += uint8_problems(model)  # TensorRT's kUINT8 rule, the same on 8.5, 8.6 and 10.x
     for op in sorted(set(rep.ops) & DENIED):
         rep.problems.append(f"denied op {op} x{rep.ops[op]} (data-dependent shapes or control flow)")
@@ -185,8 +183,6 @@ def parser_checks(rep: CheckReport, model, profile: DeviceProfile) -> None:
     """The graph against the ONNX parser of the profile's TensorRT: its opset range, each op's Supported column
     and the restrictions this graph can break, from onnx-tensorrt's docs/operators.md on that release's branch
     (`trt_sources.op_table`, which says which branch). A prediction from NVIDIA's table, not a parse."""
-    from .trt_sources import op_table
-
     table = op_table(profile.tensorrt if "." in profile.tensorrt else f"{profile.tensorrt}.0")
     rep.profile, rep.table = profile.name, table.source
     where = f"TensorRT {profile.tensorrt}'s parser ({profile.name})"
@@ -195,8 +191,6 @@ def parser_checks(rep: CheckReport, model, profile: DeviceProfile) -> None:
                             f"--jetpack {profile.jetpack or '...'}")
     if rep.opset is not None and table.min_opset and rep.opset < table.min_opset:
         rep.problems.append(f"opset {rep.opset}: {where} reads opset {table.min_opset} and newer")
-    from ..devices.uint8_io import uint8_input_allowed, uint8_inputs
-
     uint8 = uint8_inputs(model)
     if uint8 and not uint8_input_allowed(table.trt_version):
         rep.problems.append(f"UINT8 input {uint8}: {where} has no UINT8 network input (from 8.5); "
@@ -226,37 +220,30 @@ def _sidecar_profile(path: Path, rep: CheckReport, named: DeviceProfile | None):
     """The sidecar's record (empty without one) and the profile to check against: `named` (--jetpack), else
     the profile the sidecar records where its sha256 is this graph's (a note says so), else None. A profile
     the sidecar records that this mlit-edge does not know is a FAIL line."""
-    from ..devices.profiles import recorded_profile
-    from ..artifacts.schema import ArtifactRecord
-    from ..artifacts.sidecar import read_sidecar, sha256_file
-
     try:
-        raw = read_sidecar(path, verify_hash=False)
+        record = recorded(path, verify_hash=False)
     except FileNotFoundError:
-        return ArtifactRecord.of({}), named  # a foreign ONNX: the graph alone decides
-    record = ArtifactRecord.of(raw)
+        return ArtifactRecord(), named  # a foreign ONNX: the graph alone decides
     if named is not None:
         return record, named
-    if raw.get("sha256") != sha256_file(path):
+    if record.sha256 != sha256_file(path):
         rep.notes.append("its sidecar does not match the graph (sha256 differs): the profile it records is not used")
         return record, None
     try:
-        recorded = recorded_profile(raw)
+        made_for = recorded_profile(record)
     except ValueError as e:
         rep.problems.append(str(e))
         return record, None
-    if recorded is not None:
-        rep.notes.append(f"checked against {recorded.name}, the profile its sidecar records (the sidecar's sha256 "
+    if made_for is not None:
+        rep.notes.append(f"checked against {made_for.name}, the profile its sidecar records (the sidecar's sha256 "
                          "matches the graph); --jetpack checks against another")
-    return record, recorded
+    return record, made_for
 
 
 def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = None) -> CheckReport:
     """Static checks (against `profile`'s operator table when given, else the one the graph's own sidecar
     records), plus a real TensorRT parse and build where a TensorRT module imports and the graph is
     well-formed ONNX."""
-    from ..artifacts.schema import SidecarError, check_runtime
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{printable(path)} does not exist")
@@ -265,7 +252,7 @@ def check(path: str | Path, build: bool = True, profile: DeviceProfile | None = 
     rep = static_checks(path, profile)
     rep.problems, rep.notes = pre.problems + rep.problems, pre.notes + rep.notes
     try:
-        check_runtime(record, "tensorrt", path)
+        check_runtime(record, PARSER_GRAPH, path)
     except SidecarError as e:
         rep.problems.append(str(e))
         return rep

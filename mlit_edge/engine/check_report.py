@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..base.messages import printable
+from .fusion import format_fusion
 
 
 @dataclass
@@ -45,8 +46,6 @@ def format_report(rep: CheckReport) -> str:
     if rep.table:
         lines.append(f"  checked against {rep.profile}'s operator table: {rep.table} (a prediction from NVIDIA's "
                      "documented table, not a parse by that TensorRT)")
-    from .fusion import format_fusion
-
     lines += format_fusion(rep.fusion, rep.layernorm, rep.profile)
     lines += [f"  FAIL {p}" for p in rep.problems]
     lines += [f"  note {n}" for n in rep.notes]

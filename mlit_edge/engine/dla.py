@@ -21,10 +21,14 @@ The rules, from NVIDIA's own answers, live here once:
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from ..artifacts.targets import DLA, TABLE
+from .dla_int8 import holds_qdq, implicit_int8_refusal
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -42,8 +46,8 @@ def check_dla_request(dla_core: int | None, precision: str, batch: int | None, t
     if dla_core is None:
         return
     # int8: check_dla_int8 says why; TensorRT-RTX builds, then says the DLA placement is not measurable (no DLA)
-    if target is not None and target not in ("tensorrt", "tensorrt-rtx") and precision != "int8":
-        raise ValueError(f"--dla-core builds a TensorRT engine for a Jetson's DLA: use --target tensorrt, "
+    if target is not None and TABLE[target].builder is None and precision != "int8":
+        raise ValueError(f"--dla-core builds a TensorRT engine for a Jetson's DLA: use --target {' or '.join(DLA)}, "
                          f"not {target}")
     if precision not in DLA_PRECISIONS:
         raise ValueError(f"--dla-core with --precision {precision}: the DLA runs FP16 and INT8 only; "
@@ -56,8 +60,6 @@ def check_dla_int8(target: str, module: ModuleType | None, onnx: str | None, fro
     """A one-line ValueError for `--dla-core --precision int8` where implicit quantization does not exist
     (TensorRT-RTX, a release without the calibrator) or from a Q/DQ ONNX (engine/dla_int8.py). `module`: the
     imported TensorRT, None when called before the import (refusing TensorRT-RTX without needing it)."""
-    from .dla_int8 import holds_qdq, implicit_int8_refusal
-
     if onnx is not None and Path(onnx).is_file() and holds_qdq(onnx):  # first: the graph's fault, on any target
         raise ValueError(QDQ_REFUSED.format(onnx=onnx))
     why = implicit_int8_refusal(target, module, frontend)
@@ -100,13 +102,12 @@ def dla_placement(config: trt.IBuilderConfig, network: trt.INetworkDefinition, m
             "gpu_layers": gpu}
 
 
-def format_placement(record: dict) -> str:
-    """The build-time lines: how many layers run on the DLA, and the ones that fall back, by type."""
-    from collections import Counter
-
-    kinds = Counter(g["type"] for g in record["gpu_layers"])
+def format_placement(placement: dict) -> str:
+    """The build-time lines of the builder's DLA placement (the engine flags' `dla`, not a sidecar): how many
+    layers run on the DLA, and the ones that fall back, by type."""
+    kinds = Counter(g["type"] for g in placement["gpu_layers"])
     fallback = ", ".join(f"{t} x{n}" for t, n in kinds.most_common()) or "none"
-    pinned = record.get("fp32_gpu_layers") or []
-    return (f"DLA core {record['dla_core']} (requested; the builder may split further): {record['dla_layers']} "
-            f"layers on the DLA, {record['gpu_fallback_layers']} on the GPU ({fallback})"
+    pinned = placement.get("fp32_gpu_layers") or []
+    return (f"DLA core {placement['dla_core']} (requested; the builder may split further): {placement['dla_layers']} "
+            f"layers on the DLA, {placement['gpu_fallback_layers']} on the GPU ({fallback})"
             + (f", {len(pinned)} of them fp32-pinned" if pinned else ""))

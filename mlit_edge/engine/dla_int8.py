@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 import numpy as np
 
 from ..artifacts.sidecar import atomic_path
+from ..artifacts.targets import DLA, TABLE, of_module
+from ..runtime.trt_runner import cuda_check, get_cudart
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -41,13 +43,13 @@ CALIBRATOR = "IInt8EntropyCalibrator2"
 def implicit_int8_refusal(target: str, module: Optional[ModuleType], frontend: str = "onnx") -> Optional[str]:
     """Why `target` (with its imported `module`, None before the import) cannot build a calibrated INT8
     engine, in one line; None when it can."""
-    from ..devices.trt_env import MODULES
-
-    if target == "tensorrt-rtx" or (module is not None and module.__name__ == MODULES["tensorrt-rtx"]):
-        return (f"--dla-core with --precision int8: TensorRT-RTX has no implicit quantization (no {CALIBRATOR}, "
+    row, built_by = TABLE[target], of_module(module.__name__) if module is not None else None
+    plan_maker = next(t for t in (built_by, row) if t is not None)
+    if plan_maker.builder is not None and not plan_maker.implicit_int8:
+        return (f"--dla-core with --precision int8: {plan_maker.title} has no implicit quantization (no {CALIBRATOR}, "
                 "no DLA); build --dla-core with --precision fp16")
-    if target != "tensorrt":
-        return f"--dla-core builds a TensorRT engine for a Jetson's DLA: use --target tensorrt, not {target}"
+    if not row.dla:
+        return f"--dla-core builds a TensorRT engine for a Jetson's DLA: use --target {' or '.join(DLA)}, not {target}"
     if frontend != "onnx":  # the calibrator is TensorRT's builder's, fed through its ONNX parser's network
         return "--dla-core with --precision int8 builds through TensorRT's ONNX parser: drop --frontend " + frontend
     if module is not None and not hasattr(module, CALIBRATOR):
@@ -87,8 +89,6 @@ def make_calibrator(module: ModuleType, images: np.ndarray, batch: int, cache: P
     """An `IInt8EntropyCalibrator2` of the installed `module`, defined here so importing this file needs no
     TensorRT. It owns one device buffer of the static batch; `cudart`: cuda-python's runtime (the TensorRT
     runner's, runtime/trt_runner.py), injectable for tests."""
-    from ..runtime.trt_runner import cuda_check, get_cudart
-
     base = getattr(module, CALIBRATOR)
     batches = calibration_batches(images, batch)
     rt = cudart if cudart is not None else get_cudart()

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ..base.messages import first_line
+
 CONSTANT_VALUES = ("value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
                    "value_strings", "sparse_value")
 INTEGERS = {6: "int32", 7: "int64"}  # onnx.TensorProto element types TopK's K takes (the spec says int64)
@@ -81,8 +85,6 @@ def constants(model: Any) -> tuple[dict, list[str]]:
     and shape (a FAIL each)."""
     from onnx import helper, numpy_helper
 
-    from ..base.messages import first_line
-
     values, bad = {}, []
     for t in model.graph.initializer:
         try:
@@ -98,8 +100,6 @@ def constants(model: Any) -> tuple[dict, list[str]]:
             continue
         try:
             value = helper.get_attribute_value(attrs[0])
-            import numpy as np
-
             values[node.output[0]] = numpy_helper.to_array(value) if attrs[0].name == "value" else np.asarray(value)
         except Exception as e:
             bad.append(f"{_label(node)}: its value does not fit its type and shape ({first_line(e, 120)})")

@@ -21,6 +21,7 @@ from ..runtime.artifact import BATCH_PROFILE
 from ..artifacts.schema import ArtifactRecord
 from ..artifacts.sidecar import atomic_path, publish, temporary_beside, user_fields
 from ..devices.trt_env import DeviceEnv
+from ..base.messages import printable
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -108,7 +109,6 @@ def _logger(module: ModuleType):
     characters escaped (`printable`): its messages quote op, node and tensor names from the ONNX file."""
     if not TYPE_CHECKING:
         trt = module
-    from ..base.messages import printable
 
     class Escaped(trt.ILogger):
         def __init__(self) -> None:
@@ -231,11 +231,12 @@ def _tensor(t: trt.ITensor) -> dict:
     return {"name": t.name, "dtype": str(t.dtype).rsplit(".", 1)[-1].lower(), "shape": list(t.shape[:])}
 
 
-def write_plan(engine: bytes, out: str | Path, record: dict) -> dict:
-    """Publish the raw plan and its sidecar as a pair; returns the sidecar record."""
+def write_plan(engine: bytes, out: str | Path, info: dict) -> ArtifactRecord:
+    """Publish the raw plan and its sidecar (`info`, the fields `engine_record` built) as a pair; returns the
+    record as written."""
     with temporary_beside(out) as tmp:
         tmp.write_bytes(engine)
-        return publish(tmp, out, record)
+        return ArtifactRecord.from_json(publish(tmp, out, info))
 
 
 def engine_record(onnx_path: str | Path, source: ArtifactRecord, source_sha256: str | None, result: dict,
@@ -243,7 +244,7 @@ def engine_record(onnx_path: str | Path, source: ArtifactRecord, source_sha256: 
     """The `.plan.json` fields: the source ONNX's provenance (its record and sha256, as the build holds them)
     plus the builder, the device (its Jetson module too) and the flags really set. `profile`: the device
     profile the plan was built for (the ONNX's own when it is not given)."""
-    src = user_fields(source.to_dict())
+    src = user_fields(source.to_json())
     if profile is not None:
         src["profile"] = profile
     src.pop("inputs", None)

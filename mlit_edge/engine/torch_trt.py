@@ -10,11 +10,9 @@ import time
 
 from .plan import BuildOptions
 
-def require_torch_tensorrt(precision: str):
-    """torch_tensorrt, or a one-line error saying why this frontend cannot run here."""
-    if precision == "int8":
-        raise ValueError("--frontend torch-tensorrt builds fp32 and fp16; INT8 goes through the calibrated ONNX "
-                         "(drop --frontend)")
+def require_torch_tensorrt():
+    """torch_tensorrt, or a one-line error saying why this frontend cannot run here (the precisions it builds are
+    its row's in artifacts.targets, checked with the request)."""
     try:
         import torch
         import torch_tensorrt
@@ -35,7 +33,7 @@ def torch_tensorrt_engine(module, precision: str, opts: BuildOptions, example_sh
     """
     import torch
 
-    torch_tensorrt = require_torch_tensorrt(precision)
+    torch_tensorrt = require_torch_tensorrt()
     module = module.cuda().eval()
     dtype = torch.float16 if precision == "fp16" else torch.float32
     rest = example_shape[1:]

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..artifacts.schema import PRECISIONS  # the runtime checks sidecars against the same list
-
-TARGETS = ("auto", "tensorrt", "tensorrt-rtx", "onnxruntime")  # where a build's artifact will run
-FRONTENDS = ("onnx", "torch-tensorrt")
+# the build's choices, read from the one target table the runtime checks sidecars against
+from ..artifacts.targets import FRONTENDS, GROUPED, ORT_ATTENTION, PRECISIONS, TARGETS
 OPSETS = (18, 19, 20)  # 17 falls back to 18 in the dynamo exporter; 23+ emits an Attention op TensorRT lacks
 DEFAULT_OPSET = 18
 
@@ -25,14 +23,11 @@ class AttentionForm:
     onnxruntime: str  # the oldest ONNX Runtime it ran on here (1.22 has no opset 23; 1.23.2 and 1.32 run all three)
 
 
-GROUPED = "grouped"  # the portable attention: explicit matmuls, TensorRT-buildable, any runtime
 ATTENTION_FORMS: dict[str, AttentionForm] = {
     "onnx": AttentionForm("Attention (ai.onnx, opset 23)", 23, False, "1.23"),
     "ms-mha": AttentionForm("MultiHeadAttention (com.microsoft)", None, True, "1.23"),
     "ms-attention": AttentionForm("Attention (com.microsoft)", None, True, "1.23"),
 }
-# what `--target onnxruntime` builds: the fastest form of benchmarks/deploy_latency.py (docs/export-and-build.md)
-ORT_ATTENTION = "onnx"
 
 
 def export_opset(attention: str, opset: int) -> int:

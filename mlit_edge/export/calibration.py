@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..base.routing import partial_layers
-from ..artifacts.sidecar import atomic_path, publish, read_sidecar, temporary_beside, user_fields
+from ..artifacts.schema import recorded
+from ..artifacts.sidecar import atomic_path, publish, temporary_beside, user_fields
+from ..base.textfile import read_json
+from ..artifacts.input_convention import NORMALISED, graph_convention, graph_input, model_input
+from ..artifacts.preprocess import normalize
+from ..runtime.runners import OnnxRuntimeRunner, predict_all
 
 if TYPE_CHECKING:
     from .handoff import Variant
@@ -54,8 +59,6 @@ class Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     """A recipe JSON file such as `calibration/mnist5k-512.json`."""
-    from ..base.textfile import read_json
-
     raw = read_json(path, "calibration recipe")  # bounded, and a FIFO would block no read
     if not isinstance(raw, dict):
         raise ValueError(f"calibration recipe {path}: needs a JSON object with 'dataset'")
@@ -109,8 +112,6 @@ class CalibrationSet:
     def for_graph(self, input_name: str, dtype: str = "float32") -> np.ndarray:
         """The images as the input of a graph whose input is `input_name` of `dtype` (its convention:
         `artifacts.input_convention`): normalised, or a `--raw-input` graph's pixels, exactly (uint8 or float32)."""
-        from ..artifacts.input_convention import NORMALISED, graph_convention, model_input
-
         convention = graph_convention(input_name) or NORMALISED
         if convention == NORMALISED:
             return self.images
@@ -121,7 +122,6 @@ class CalibrationSet:
 
 def calibration_set(recipe: Recipe, data_root: str | Path = "data") -> CalibrationSet:
     """Load the recipe's images (preprocessed) and their manifest with its sha256."""
-    from ..artifacts.preprocess import normalize
     from ..train.data import load_dataset
 
     ds = load_dataset(recipe.dataset, recipe.split, data_root)
@@ -157,8 +157,6 @@ def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
     so a suggestion never asks for more images than exist. `proto`: the graph, when the caller holds it parsed.
     `normalisation`: the (mean, std) that normalised `images`, so a `--raw-input` graph is fed pixels.
     """
-    from ..runtime.runners import OnnxRuntimeRunner, predict_all
-
     with OnnxRuntimeRunner(onnx_path, expose_routing=True, content=proto) as run:
         if not run.route_names:
             raise ValueError(f"{onnx_path} has no TopK routing: is it an mLiT export?")
@@ -214,7 +212,7 @@ def cache_key(onnx_sha256: str, manifest_sha256: str) -> str:
 
 
 class Calibrated(NamedTuple):
-    record: dict  # the INT8 graph's sidecar fields
+    info: dict  # the INT8 graph's sidecar fields, to publish
     reused: bool  # copied from the calibration cache
     proto: Any  # the graph as written; None when copied from the cache
 
@@ -241,21 +239,19 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
     cached = Path(cache_dir) / f"{key}.int8.onnx" if cache_dir else None
     if cached is not None and cached.is_file():
         try:
-            cached_record = read_sidecar(cached)  # the cached file is intact
+            cached_record = recorded(cached)  # the cached file is intact
         except (OSError, ValueError):
             pass
         else:
             shutil.copyfile(cached, out)
-            record = {**user_fields(cached_record), "calibration_cache": str(cached)}
-            record.pop("cache_key", None)
-            record["calibration"] = {**record["calibration"], **calib_info}
-            return Calibrated(record, True, None)
-    from ..artifacts.input_convention import graph_input
-
-    record, proto = to_int8(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
+            info = {**user_fields(cached_record.to_json()), "calibration_cache": str(cached)}
+            info.pop("cache_key", None)
+            info["calibration"] = {**info["calibration"], **calib_info}
+            return Calibrated(info, True, None)
+    info, proto = to_int8(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with temporary_beside(cached) as tmp:
             shutil.copyfile(out, tmp)
-            publish(tmp, cached, {**record, "cache_key": key})
-    return Calibrated(record, False, proto)
+            publish(tmp, cached, {**info, "cache_key": key})
+    return Calibrated(info, False, proto)

@@ -12,6 +12,7 @@ from ..base.messages import typed_line
 from .precision import (FP32_OPS, Converted, derived_record, fp32_layer_names, fp32_source, name_nodes,
                         set_precision_meta)
 from .quiet import quiet
+from ..devices.uint8_io import uint8_inputs
 
 if TYPE_CHECKING:
     from .handoff import Variant
@@ -67,8 +68,6 @@ def to_fp16(src: str | Path, out: str | Path, source: "Variant | None" = None) -
     name_nodes(model)
     island = layernorm_island(model)  # a LayerNormalization decomposed for TensorRT 8.5 stays fp32 as the op does
     keep = fp32_layer_names(model)
-    from ..devices.uint8_io import uint8_inputs
-
     # a uint8 input's Cast stays uint8 -> float32 (the converter would retype its output and not its `to`); the
     # converter then casts its output to fp16 for the patch embedding, as it does a float32 graph input
     uint8 = set(uint8_inputs(model))

@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts.schema import ArtifactRecord
+from ..artifacts.schema import ArtifactRecord, read_record
+from ..runtime.runners import load_onnx
+from ..artifacts.sidecar import sha256_file
 
 HELD_OUT = 1000  # images of the test split a variant is compared with PyTorch on
 
@@ -56,15 +58,11 @@ class Variant:
     @classmethod
     def read(cls, path: str | Path) -> "Variant":
         """An fp32 export already on disk, with its sidecar read and checked once."""
-        from ..artifacts.schema import read_record
-
         return cls(Path(path), read_record(path))
 
     def graph(self):
         """A copy of the parsed ONNX, parsed on the first call only (each caller may edit its copy)."""
         import onnx
-
-        from ..runtime.runners import load_onnx
 
         if self.proto is None:
             self.proto = load_onnx(self.path)
@@ -76,7 +74,5 @@ class Variant:
     def sha256(self) -> str:
         """The artifact's sha256 as its sidecar records it (checked when the sidecar was read or written)."""
         if self.record.sha256 is None:
-            from ..artifacts.sidecar import sha256_file
-
-            self.record = ArtifactRecord.of({**self.record.raw, "sha256": sha256_file(self.path)})
+            self.record = self.record.derive(sha256=sha256_file(self.path))
         return self.record.sha256

@@ -24,13 +24,16 @@ from ..model.mlit import MLiT
 from ..runtime.artifact import INPUT
 from ..artifacts.input_convention import FLOAT32, INPUT_NAMES, NORMALISED, PIXELS, UINT8, from_normalised, input_record
 from ..artifacts.preprocess import normalize
-from ..runtime.runners import OnnxRuntimeRunner
+from ..runtime.runners import OnnxRuntimeRunner, predict_all
+from ..artifacts.schema import ArtifactRecord, check_onnxruntime
 from ..artifacts.sidecar import publish, temporary_beside
 from ..base.terminate import Terminated
 from . import ATTENTION_FORMS, DEFAULT_OPSET, GROUPED, OPSETS, export_opset
 from .quiet import quiet
 from .static import onnx_translations, to_deploy
 from .torch_runner import TorchRunner
+from .uint8_input import take_uint8
+from ..base.routing import routed_part, routing_agreement
 
 if TYPE_CHECKING:
     from ..devices.profiles import DeviceProfile
@@ -85,17 +88,16 @@ def check_installed_onnxruntime(attention: str, out: str | Path, opset: int) -> 
         import onnxruntime
     except ImportError:  # nothing here runs it: the device's runtime checks it at load
         return
-    from ..artifacts.schema import check_onnxruntime
-
-    check_onnxruntime(attention_record(attention), onnxruntime.__version__, Path(out), opset)
+    check_onnxruntime(ArtifactRecord.from_json(attention_record(attention)), onnxruntime.__version__, Path(out), opset)
 
 
 def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_OPSET, batch: int | None = None,
-                probe: bool = False, check: bool = True, measure: Callable[[Path, dict], dict] | None = None,
+                probe: bool = False, check: bool = True, measure: Callable[[Path, ArtifactRecord], dict] | None = None,
                 attention: str = GROUPED, device: "DeviceProfile | None" = None, pad_to: int | None = None,
                 pad_reason: str | None = None, prune_last: bool = True, convention: str = NORMALISED,
                 input_dtype: str = FLOAT32) -> dict:
-    """Export `model` to `out` with its sidecar, published together once checked; returns the record.
+    """Export `model` to `out` with its sidecar, published together once checked; returns the sidecar's JSON
+    as written.
 
     `batch=None` makes the batch dimension dynamic; an int fixes it. With `probe`, the graph also
     outputs every layer's top-k expert indices. `measure(path, record)` adds fields (e.g. accuracy)
@@ -146,8 +148,6 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
                 "input": input_rec}
         onnx.helper.set_model_props(proto, {"mlit_edge": json.dumps(meta)})
         if input_dtype == UINT8:
-            from .uint8_input import take_uint8
-
             take_uint8(proto, graph_input)
         rewritten = {}
         if device is not None and (device.opset < opset or device.layernorm != "native" or device.topk_k_initializer):
@@ -159,18 +159,18 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
         parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last, convention=convention,
                              normalisation=(pre["mean"], pre["std"]), input_dtype=input_dtype) if check else None
         head = model.cfg.dim // model.cfg.heads
-        record = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
+        fields = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
                   "batch": batch or "dynamic", "probe": probe, "last_layer": LAST_LAYER[prune_last],
                   "inputs": {graph_input: ["batch" if batch is None else batch, *_input_shape(model)[1:]]},
                   "input": input_rec, "outputs": names, "parity": parity, "torch_version": torch.__version__,
                   "onnx_version": onnx.__version__}
         if device is not None:
-            record["profile"] = device.record()
+            fields["profile"] = device.record()
             if rewritten:
-                record["parser_graph"] = rewritten
+                fields["parser_graph"] = rewritten
         if measure is not None:
-            record.update(measure(tmp, record))
-        return publish(tmp, out, record)
+            fields.update(measure(tmp, ArtifactRecord.from_json(fields)))
+        return publish(tmp, out, fields)
 
 
 def verify_onnx(path: str | Path, model: MLiT, batch: int | None, probe: bool, seed: int = 0,
@@ -242,9 +242,6 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None
     beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
     why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it.
     `images`: normalised decoded images with `normalisation` (mean, std), fed as the graph's input asks."""
-    from ..base.routing import routed_part, routing_agreement
-    from ..runtime.runners import predict_all
-
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:
         got, routes = predict_all(run, images, routes=True, normalised=normalisation)
     want, ref_routes, margins = reference_outputs(model, images)

@@ -22,6 +22,7 @@ from .requests import ExportOptions, ExportRequest
 from .resolve import BuildPlan, resolve_plan
 from .source import Source, open_source
 from .variants import HeldOut, Inputs, Variant, make_variant, measure
+from ..artifacts.schema import ArtifactRecord
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,6 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
         logger.info(f"[export 1/3] reusing {plan.fp32}: same checkpoint, opset, batch and attention, checked "
                     "against PyTorch when written")
         return Variant(plan.fp32, earlier)
-    from ..artifacts.schema import ArtifactRecord
     from .onnx_export import export_onnx
 
     fused = "" if plan.attention == GROUPED else f", attention fused for ONNX Runtime ({plan.attention})"
@@ -105,14 +105,15 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
     logger.info(f"[export 1/3] {plan.fp32} (opset {plan.opset}, batch {plan.batch or 'dynamic'}{fused}{for_device}"
                 f"{padded}) and its check against PyTorch")
     evaluate = plan.evaluate and "fp32" in plan.precisions  # a variant's own accuracy is what counts
-    rec = export_onnx(source.model, plan.fp32, source.record, opset=opts.opset or DEFAULT_OPSET, batch=plan.batch,
-                      probe=plan.probe,
-                      measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None,
-                                                     held_out=held_out),
-                      attention=plan.attention, device=plan.device, pad_to=plan.pad_to, pad_reason=plan.pad_reason,
-                      convention=plan.convention, input_dtype=plan.input_dtype)
-    logger.info(f"      ONNX Runtime vs PyTorch: max abs logit error {rec['parity']['max_abs_err']:.2e}")
-    return Variant(plan.fp32, ArtifactRecord.of(rec))
+    written = export_onnx(source.model, plan.fp32, source.record.to_json(), opset=opts.opset or DEFAULT_OPSET,
+                          batch=plan.batch, probe=plan.probe,
+                          measure=lambda tmp, r: measure(tmp, r, None, evaluate, opts.data_root, step=None,
+                                                         held_out=held_out),
+                          attention=plan.attention, device=plan.device, pad_to=plan.pad_to, pad_reason=plan.pad_reason,
+                          convention=plan.convention, input_dtype=plan.input_dtype)
+    record = ArtifactRecord.from_json(written)
+    logger.info(f"      ONNX Runtime vs PyTorch: max abs logit error {record.parity_max_abs_err:.2e}")
+    return Variant(plan.fp32, record)
 
 
 def run_export(req: ExportRequest, source: Source | None = None) -> list[Path]:

@@ -19,6 +19,7 @@ import numpy as np
 from .quiet import quiet
 from ..runtime.runners import load_onnx
 from ..artifacts.sidecar import user_fields
+from .handoff import Variant
 
 if TYPE_CHECKING:
     from .handoff import Variant
@@ -29,7 +30,7 @@ FP32_OPS = {"LayerNormalization", "Softmax"}
 class Converted(NamedTuple):
     """A variant written to its file: its sidecar fields, and its graph as written (so nothing parses it again)."""
 
-    record: dict
+    info: dict
     proto: Any
 
 
@@ -92,19 +93,17 @@ def fp32_source(src: Path, source: "Variant | None") -> "Variant":
     """The fp32 artifact a variant is made from: the one the run holds, else read from disk (once)."""
     if source is not None:
         return source
-    from .handoff import Variant
-
     return Variant.read(src)
 
 
 def derived_record(source: "Variant", precision: str, extra: dict) -> dict:
     """The variant's sidecar fields: its source's, then `extra`."""
-    record = user_fields(source.record.to_dict())
+    fields = user_fields(source.record.to_json())
     for measured in ("parity", "accuracy"):  # the fp32 export's figures; the variant gets its own
-        record.pop(measured, None)
+        fields.pop(measured, None)
     # a variant runs where its source runs (a fused ONNX Runtime graph stays ONNX Runtime's), unless it narrows it
-    return {**record, "precision": precision, "source_onnx": source.path.name, "source_onnx_sha256": source.sha256,
-            "runtime": record.get("runtime", "any"), **extra}
+    return {**fields, "precision": precision, "source_onnx": source.path.name, "source_onnx_sha256": source.sha256,
+            "runtime": source.record.runtime, **extra}
 
 
 def set_precision_meta(model, precision: str) -> None:

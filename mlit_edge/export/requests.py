@@ -10,8 +10,10 @@ from ..runtime.artifact import BATCH_PROFILE
 from ..devices.mha_rules import parse_pad
 from ..devices.profiles import JETPACKS, TENSORRTS, named_profile
 from ..base.values import Flag, Float, Int, Ints, PathArg, Text, arg, validate
+from ..artifacts.targets import TABLE
 from . import FRONTENDS, OPSETS, PRECISIONS, TARGETS
 from .calibration import DEFAULT_N, MIN_EXPERT_TOKENS
+from ..artifacts.input_convention import NORMALISED, PIXELS, check_dtype
 
 # A seed is 0 to 2^32 - 1: numpy's default_rng refuses a negative one, torch.manual_seed one past 2^64 (and the
 # loader's per-epoch seed, seed * 1000003 + ..., must stay within it), both in the library's words and mid-run
@@ -59,8 +61,6 @@ class ExportOptions:
             raise ValueError(f"--size {self.size!r}: sizes are lower case")
         if self.random_weights and self.checkpoint:
             raise ValueError("--random-weights builds without weights: drop --checkpoint, or it")
-        from ..artifacts.input_convention import NORMALISED, PIXELS, check_dtype
-
         try:
             check_dtype(PIXELS if self.raw_input else NORMALISED, self.input_dtype)
         except ValueError as e:
@@ -109,6 +109,11 @@ class BuildRequest(ExportOptions):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name} {getattr(self, name)!r}: choose from {', '.join(map(str, allowed))}")
+        for flag, row in (("--frontend", TABLE.get(self.frontend)), ("--target", TABLE.get(self.target))):
+            if row is not None and self.precision not in row.precisions:
+                raise ValueError(f"{flag} {row.name} builds {' and '.join(row.precisions)}, not {self.precision}; "
+                                 + ("INT8 goes through the calibrated ONNX (drop --frontend)" if row.frontend_of else
+                                    "choose another --target"))
         if self.batch is not None and self.dynamic_batch is not None:
             raise ValueError("give --batch or --dynamic-batch, not both")
         lo, opt, hi = self.profile
@@ -118,15 +123,22 @@ class BuildRequest(ExportOptions):
             raise ValueError("give --checkpoint or --onnx, not both")
         if self.random_weights and self.onnx:
             raise ValueError("--random-weights builds without weights: drop --onnx, or it")
-        if self.raw_input and self.frontend == "torch-tensorrt":
-            raise ValueError("--raw-input folds the normalisation into the ONNX graph; the torch-tensorrt frontend "
-                             "compiles the PyTorch model: build with --frontend onnx")
+        compiles = self.frontend != FRONTENDS[0]  # every frontend but the ONNX parser's compiles the PyTorch model
+        if self.raw_input and compiles:
+            raise ValueError(f"--raw-input folds the normalisation into the ONNX graph; the {self.frontend} frontend "
+                             f"compiles the PyTorch model: build with --frontend {FRONTENDS[0]}")
         if self.raw_input and self.onnx:
             raise ValueError("--raw-input shapes an export from a checkpoint; an --onnx keeps its own input (export "
                              "it again with --raw-input, then build that)")
-        if self.onnx and self.frontend == "torch-tensorrt":
-            raise ValueError("--frontend torch-tensorrt compiles the PyTorch model; it cannot start from --onnx")
+        if self.onnx and compiles:
+            raise ValueError(f"--frontend {self.frontend} compiles the PyTorch model; it cannot start from --onnx")
 
     @property
     def profile(self) -> tuple[int, int, int]:
         return self.dynamic_batch or BATCH_PROFILE
+
+    @property
+    def dla_int8(self) -> bool:
+        """The DLA's calibrated INT8: TensorRT's builder quantizes the fp32 graph (engine/dla_int8.py), so the
+        export is fp32 and the engine INT8."""
+        return self.dla_core is not None and self.precision == "int8"

@@ -9,10 +9,21 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..artifacts.input_convention import NORMALISED, PIXELS, UINT8
+from ..artifacts.schema import check_runtime
+from ..artifacts.targets import AUTO, FORMATS, TABLE, Target
+from ..devices.mha_rules import pad_choice, parse_pad
+from ..devices.profiles import (
+    DeviceProfile,
+    choose,
+    named_profile,
+    parses,
+    profile_named,
+)
+from ..devices.trt_env import import_trt, jetson_tensorrt
 from ..runtime.artifact import torch_available
-from ..devices.profiles import DeviceProfile, choose, named_profile, parses, profile_named
-from . import DEFAULT_OPSET, GROUPED, export_opset
-from .calibration import Recipe
+from . import DEFAULT_OPSET, GROUPED, PRECISIONS, export_opset
+from .calibration import Recipe, resolve_recipe
 from .flavours import Flavour, artifact_name, flavour, fp32_base, variant_path
 from .requests import BuildRequest, ExportOptions, ExportRequest
 from .source import Source
@@ -36,9 +47,9 @@ class VariantPlan:
 class BuildPlan:
     """What one export or build makes, resolved from its request before any work."""
 
-    runtime: str  # what the artifacts run on: "tensorrt" or "onnxruntime"
-    target: str  # the resolved --target: tensorrt, tensorrt-rtx or onnxruntime
-    frontend: str  # onnx, or torch-tensorrt for a build that compiles the PyTorch model
+    runtime: str  # the graph the artifacts are made for (a target's `graph`: artifacts.targets)
+    target: str  # the resolved --target, a row of artifacts.targets.TABLE
+    frontend: str  # onnx, or a frontend row (torch-tensorrt) for a build that compiles the PyTorch model
     folder: Path  # where everything is written
     fp32: Path  # the fp32 export the variants start from: written by the run, or the given ONNX
     from_onnx: bool  # the fp32 (or the final artifact) exists: a build from --onnx
@@ -61,12 +72,14 @@ class BuildPlan:
     pad_reason: str = ""  # why (devices.mha_rules.pad_choice), for the sidecar
     convention: str = "normalised"  # the graph's input (artifacts.input_convention): "pixels" with --raw-input
     input_dtype: str = "float32"  # its element type: uint8 with --input-dtype uint8 (export.uint8_input)
+    builder: str | None = None  # how the engine is built (engine.build.BUILDERS); None: the ONNX is the artifact
+    dla_int8: bool = False  # the DLA's calibrated INT8: the fp32 graph exported, the engine INT8 (engine/dla_int8.py)
 
     @property
     def strongly_typed(self) -> bool:
         """How the engine is built: strongly typed on TensorRT >= 10 and TensorRT-RTX (which has nothing else),
         weakly (builder flags, fp32 pins) for a TensorRT 8.x profile."""
-        return self.target == "tensorrt-rtx" or self.device is None or self.device.strongly_typed
+        return TABLE[self.target].strongly_typed_only or self.device is None or self.device.strongly_typed
 
     @property
     def outputs(self) -> tuple[Path, ...]:
@@ -76,21 +89,29 @@ class BuildPlan:
 
 
 def resolve_target(target: str, frontend: str = "onnx") -> tuple[str, str | None]:
-    """`auto` -> TensorRT where it imports, else ONNX Runtime (with the note that says so)."""
-    from ..devices.trt_env import import_trt
+    """`auto` -> the first of `targets.AUTO` whose module imports: TensorRT where it imports, else ONNX Runtime
+    (with the note that says so). A frontend row builds its `frontend_of` target only."""
 
-    if frontend == "torch-tensorrt" and target in ("auto", "tensorrt"):
-        return "tensorrt", None
-    if frontend == "torch-tensorrt":
-        raise ValueError(f"--frontend torch-tensorrt builds TensorRT engines; it cannot target {target}")
+    front = TABLE.get(frontend)
+    if front is not None and front.frontend_of is not None:
+        if target in ("auto", front.frontend_of):
+            return front.frontend_of, None
+        raise ValueError(f"--frontend {frontend} builds {TABLE[front.frontend_of].title} engines; it cannot target "
+                         f"{target}")
     if target != "auto":
         return target, None
-    try:
-        import_trt("tensorrt")
-    except RuntimeError:
-        return "onnxruntime", ("note: TensorRT is not installed here, so the artifact is the ONNX for ONNX Runtime "
-                               "(build the .plan on the device: mlit-edge build --onnx ... --target tensorrt)")
-    return "tensorrt", None
+    for name in AUTO:
+        try:
+            if TABLE[name].module is not None:
+                import_trt(name)
+        except RuntimeError:
+            continue
+        skipped = AUTO[:AUTO.index(name)]
+        return name, (None if not skipped else
+                      f"note: {TABLE[skipped[0]].title} is not installed here, so the artifact is the ONNX for "
+                      f"{TABLE[name].title} (build the {FORMATS[TABLE[skipped[0]].format].suffixes[0]} on the device: "
+                      f"mlit-edge build --onnx ... --target {skipped[0]})")
+    raise RuntimeError(f"--target auto: none of {', '.join(AUTO)} is installed here")
 
 
 def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | None] | None = None,
@@ -98,40 +119,42 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     """The plan of `req` (an `ExportRequest` or a `BuildRequest`) from its opened `source`. `target`: a
     build's `resolve_target` answer, when the caller resolved it first (to fail before opening the source).
     `trt_version`: the TensorRT a build on this machine builds with (it decides the device profile)."""
-    from .calibration import resolve_recipe
 
     torch = torch_available()
     notes: list[str] = []
+    dla_int8 = False
     if isinstance(req, BuildRequest):
         target, note = target or resolve_target(req.target, req.frontend)
         notes += [note] if note else []
-        runtime = "onnxruntime" if target == "onnxruntime" else "tensorrt"
-        precisions, frontend, profile, probe = (req.precision,), req.frontend, req.profile, False
-        base = fp32_base(flavour(req.precision, runtime))
+        row, maker = TABLE[target], TABLE.get(req.frontend) or TABLE[target]
+        runtime, builder = row.graph, maker.builder
+        dla_int8 = req.dla_int8  # the export fp32, the engine INT8 (engine.dla refuses a target without it first)
+        exported = "fp32" if dla_int8 else req.precision
+        precisions, frontend, profile, probe = (exported,), req.frontend, req.profile, False
+        base = fp32_base(flavour(exported, runtime))
         named = Path(req.out) / artifact_name(source.stem, "fp32", runtime=base.runtime)
-        engine = Path(req.out) / artifact_name(source.stem, req.precision, ".plan") if runtime == "tensorrt" else None
+        engine = (Path(req.out) / artifact_name(source.stem, req.precision, FORMATS[maker.format].suffixes[0])
+                  if builder is not None else None)
     elif isinstance(req, ExportRequest):
-        from ..devices.trt_env import jetson_tensorrt
 
         note, trt_version = None, trt_version or jetson_tensorrt()  # on a Jetson its TensorRT decides
-        target, runtime, frontend, profile, engine, probe = "tensorrt", "tensorrt", "onnx", None, None, req.probe
-        precisions = ("fp32", *(p for p in ("fp16", "int8") if p in req.precisions))
-        base, named = flavour("fp32", "tensorrt"), Path(req.out)
+        # an export makes the portable graph, for the first target `auto` takes
+        row = TABLE[AUTO[0]]
+        target, runtime, frontend, profile, engine, probe = row.name, row.graph, "onnx", None, None, req.probe
+        precisions = ("fp32", *(p for p in PRECISIONS[1:] if p in req.precisions))
+        base, named, builder = flavour("fp32", runtime), Path(req.out), None
     else:
         raise TypeError(f"not an export or build request: {type(req).__name__}")
     if source.onnx:  # an artifact made for one runtime is refused by another, in one line
         from ..artifacts.graph_scan import check_not_onnxruntime_only
-        from ..artifacts.schema import check_runtime
 
         check_runtime(source.record, runtime, source.onnx)
-        if runtime == "tensorrt":  # a foreign file without our sidecar can still be the ONNX Runtime flavour
+        if row.parser_graph:  # a foreign file without our sidecar can still be the ONNX Runtime flavour
             check_not_onnxruntime_only(source.onnx.read_bytes(), source.onnx)
     if source.onnx and source.precision not in ("fp32", *precisions):
         raise ValueError(f"--onnx {source.onnx} is {source.precision}; it can only be built as {source.precision} "
                          f"(or pass the fp32 ONNX to make a {precisions[-1]} one)")
-    if runtime == "onnxruntime" and "fp16" in precisions:
-        notes.append("note: fp16 is not a speed format on a CPU: ONNX Runtime runs it through inserted Casts, no "
-                     "faster than fp32; it is built for TensorRT on the GPU (and to measure its accuracy here)")
+    notes += [row.notes[p] for p in precisions if p in row.notes]
     # variants are named after the fp32 export of the output folder, even when made from a given ONNX
     variants = tuple(VariantPlan(flavour(p, runtime), variant_path(named, p, runtime=runtime)) for p in precisions
                      if p != source.precision)
@@ -139,7 +162,7 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     if any(v.flavour.maker == "int8-qdq" for v in int8) and not torch:
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
-    device = _device(req, source, runtime, trt_version, notes)
+    device = _device(req, source, row, trt_version, notes)
     opset = export_opset(base.attention, req.opset or DEFAULT_OPSET)
     if device is not None and base.attention == GROUPED and opset > device.max_opset:
         if req.opset is not None:  # only the exporter's own opset (not given) is lowered for the parser
@@ -148,20 +171,22 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
         opset = device.opset
     pad_to, pad_reason = _padding(req, source, runtime, device, precisions)
     dataset = source.record.dataset
-    recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, dataset) if int8 else None
-    return BuildPlan(runtime, target, frontend, named.parent, source.onnx or named, source.onnx is not None,
-                     base.attention, opset, req.batch, probe, variants, precisions, engine, dataset, recipe,
-                     req.evaluate and torch, torch, profile, tuple(notes), note, device, pad_to, pad_reason,
-                     _convention(req, source), _input_dtype(req, source, device))
+    recipe = resolve_recipe(req.calib_data, req.calib_n, req.calib_seed, dataset) if int8 or dla_int8 else None
+    return BuildPlan(runtime=runtime, target=target, frontend=frontend, folder=named.parent,
+                     fp32=source.onnx or named, from_onnx=source.onnx is not None, attention=base.attention,
+                     opset=opset, batch=req.batch, probe=probe, variants=variants, precisions=precisions,
+                     engine=engine, dataset=dataset, recipe=recipe, evaluate=req.evaluate and torch, torch=torch,
+                     profile=profile, notes=tuple(notes), target_note=note, device=device, pad_to=pad_to,
+                     pad_reason=pad_reason, convention=_convention(req, source),
+                     input_dtype=_input_dtype(req, source, device), builder=builder, dla_int8=dla_int8)
 
 
 def _input_dtype(req: ExportOptions, source: Source, device: DeviceProfile | None) -> str:
     """The graph input's element type: a given ONNX keeps its own; an export's is --input-dtype, refused for a
     TensorRT without UINT8 network input (`devices.uint8_io`)."""
-    from ..artifacts.input_convention import UINT8, dtype_of
 
     if source.onnx is not None:
-        return dtype_of(source.record)
+        return source.record.input_dtype
     if req.input_dtype == UINT8 and device is not None:
         from ..devices.uint8_io import uint8_input_allowed
 
@@ -173,17 +198,15 @@ def _input_dtype(req: ExportOptions, source: Source, device: DeviceProfile | Non
 
 def _convention(req: ExportOptions, source: Source) -> str:
     """The graph input's convention: a given ONNX keeps its own; an export takes pixels with --raw-input."""
-    from ..artifacts.input_convention import NORMALISED, PIXELS, convention_of
 
     if source.onnx is not None:
-        return convention_of(source.record)
+        return source.record.input_convention
     return PIXELS if req.raw_input else NORMALISED
 
 
 def _padding(req: ExportOptions, source: Source, runtime: str, device: DeviceProfile | None,
              precisions: tuple[str, ...]) -> tuple[int | None, str]:
     """The head size the fp32 export pads each head to, and why (`pad_choice`); a given ONNX keeps its own."""
-    from ..devices.mha_rules import pad_choice, parse_pad
 
     if source.onnx is not None:
         if parse_pad(req.pad_heads) is not None:
@@ -197,15 +220,15 @@ def _padding(req: ExportOptions, source: Source, runtime: str, device: DevicePro
     return pad_choice(req.pad_heads, head, runtime, device.tensorrt if device else None, precisions)
 
 
-def _device(req: ExportOptions, source: Source, runtime: str, trt_version: str | None,
+def _device(req: ExportOptions, source: Source, row: Target, trt_version: str | None,
             notes: list[str]) -> DeviceProfile | None:
     """The device profile, chosen once: the flag's, or where a build runs this machine's TensorRT, the
     installed one's (a flag naming another is refused). A build from an ONNX made for a profile whose graph
     this TensorRT's parser cannot read is refused with the export that fixes it."""
     named = named_profile(req.jetpack, req.tensorrt)
-    if runtime != "tensorrt":
+    if not row.parser_graph:
         if named is not None:
-            raise ValueError(f"--jetpack/--tensorrt name a TensorRT device; the {runtime} artifact takes none "
+            raise ValueError(f"--jetpack/--tensorrt name a TensorRT device; the {row.graph} artifact takes none "
                              "(drop the flag, or --target tensorrt)")
         return None
     device = choose(named, trt_version)

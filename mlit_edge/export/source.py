@@ -12,11 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..artifacts.schema import ArtifactRecord
+from ..artifacts.schema import ArtifactRecord, SidecarError, check_classifier_record, read_record, recorded
 from .flavours import artifact_stem
+from ..model.config import MLiTConfig, get_config
+from ..model.budget import check_batch_fits
+from .. import __version__
+from ..base.messages import require_file
+from ..runtime.runners import load_onnx
 
 if TYPE_CHECKING:
-    from ..model.config import MLiTConfig
     from ..model.mlit import MLiT
 
 logger = logging.getLogger(__name__)
@@ -34,19 +38,17 @@ def model_record(cfg: MLiTConfig, size: str | None, data: dict, checkpoint: str 
             "checkpoint": checkpoint, "checkpoint_sha256": sha256, "random_weights": checkpoint is None}
 
 
-def check_publishable(record: dict, cfg: "MLiTConfig | None", where: str) -> None:
+def check_publishable(record: ArtifactRecord, cfg: "MLiTConfig | None", where: str) -> None:
     """Refuse, before any work, a record whose sidecar the runtime would refuse once published: the
     runtime's own schema, then (given the model's config) its input size and class count."""
-    from ..artifacts.schema import SidecarError, check_record
-
     hint = "the artifact would not load; fix the checkpoint's data fields or retrain"
     try:
-        check_record({k: record.get(k) for k in ("classes", "preprocess")}, "", where=where, hint=hint)
+        check_classifier_record(record, where, hint)
     except SidecarError as e:
         raise ValueError(str(e)) from None
-    if cfg is None:
+    if cfg is None or record.preprocess is None or record.classes is None:
         return
-    size, classes = record["preprocess"]["size"], record["classes"]
+    size, classes = record.preprocess.size, record.classes
     if size != cfg.img_size:
         raise ValueError(f"{where}: its data says images are {size} px, but the model takes {cfg.img_size}; {hint}")
     if len(classes) != cfg.num_classes:
@@ -62,7 +64,6 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
     exists for that size and class count; otherwise, or with `random_weights`, the weights are random
     (fine for latency work, meaningless for accuracy).
     """
-    from ..model.config import get_config
     from ..model.records import claimed_size
     from ..model.mlit import MLiT, count_parameters
     from ..train.checkpoint import model_from_checkpoint, read_checkpoint
@@ -78,7 +79,7 @@ def load_for_export(checkpoint: str | None, size: str | None, num_classes: int =
             raise ValueError(f"{checkpoint} holds an mLiT-{claimed.upper()}, not {size.upper()}; "
                              "drop --size or pass the matching checkpoint")
         info = model_record(model.cfg, claimed, ckpt["data"], str(checkpoint), sha, count_parameters(model))
-        check_publishable(info, model.cfg, f"refused {checkpoint}")
+        check_publishable(ArtifactRecord.from_json(info), model.cfg, f"refused {checkpoint}")
         return model.eval(), info
     if not size:
         raise ValueError("give --checkpoint or --size")
@@ -109,7 +110,6 @@ class Source:
     def check_batch(self, batch: int, option: str = "--batch") -> None:
         """Refuse, before anything is allocated, a batch whose buffers would not fit this machine: the
         model's config, or the one its record describes (a device has no torch to build the model)."""
-        from ..model.budget import check_batch_fits
         from ..model.records import record_config
 
         cfg = self.model.cfg if self.model is not None else record_config(self.record.config)
@@ -121,10 +121,6 @@ class Source:
         """The record of `fp32` when it is already this checkpoint's export, from the same opset, batch,
         attention form, head padding, input convention and dtype, device profile and mlit-edge version (it was checked against
         PyTorch when written); else None."""
-        from .. import __version__
-        from ..artifacts.input_convention import convention_of, dtype_of
-        from ..artifacts.schema import read_record
-
         sha = self.record.checkpoint_sha256
         if not sha or not fp32.is_file():
             return None
@@ -133,9 +129,9 @@ class Source:
         except (OSError, ValueError):
             return None
         same = (rec.checkpoint_sha256 == sha and rec.opset == opset and rec.batch == (batch or "dynamic")
-                and rec.probe is probe and rec.get("mlit_edge_version") == __version__ and rec.attention == attention
+                and rec.probe is probe and rec.mlit_edge_version == __version__ and rec.attention == attention
                 and rec.parity_max_abs_err is not None and rec.profile == device and rec.padded_to == pad_to
-                and convention_of(rec) == convention and dtype_of(rec) == input_dtype)
+                and rec.input_convention == convention and rec.input_dtype == input_dtype)
         return rec if same else None
 
 
@@ -145,9 +141,9 @@ def open_source(opts, onnx: str | None = None) -> Source:
     if onnx:
         source = _onnx_source(Path(onnx))
     else:
-        model, record = load_for_export(opts.checkpoint, opts.size or (None if opts.checkpoint else "xxs"),
-                                        opts.num_classes, opts.random_weights)
-        source = Source(ArtifactRecord.of(record), model, named=bool(opts.checkpoint))
+        model, info = load_for_export(opts.checkpoint, opts.size or (None if opts.checkpoint else "xxs"),
+                                      opts.num_classes, opts.random_weights)
+        source = Source(ArtifactRecord.from_json(info), model, named=bool(opts.checkpoint))
     from ..train.pretrained import weights_banner
 
     banner = weights_banner(source.record, source.named)
@@ -158,28 +154,19 @@ def open_source(opts, onnx: str | None = None) -> Source:
 
 def _onnx_source(path: Path) -> Source:
     """An existing ONNX: the precision it carries and its record, from its sidecar, else its metadata."""
-    from ..artifacts.sidecar import read_sidecar, user_fields
-
-    from ..base.messages import require_file
-
     require_file(path, "--onnx ")
     try:
-        sidecar = read_sidecar(path)
+        record = recorded(path)  # its sha256 checked: the variants' records cite it
     except FileNotFoundError:
         pass
     else:
-        record = user_fields(sidecar)
         check_publishable(record, None, f"refused {path}")
-        # the sha256 the sidecar was just checked against: the variants' records cite it
-        return Source(ArtifactRecord.of({**record, "sha256": sidecar["sha256"]}), onnx=path,
-                      precision=record.get("precision", "fp32"), named=True)
-    from ..runtime.runners import load_onnx  # only without a sidecar: a device with one needs no onnx package
-
+        return Source(record, onnx=path, precision=record.precision, named=True)
     meta = {p.key: p.value for p in load_onnx(path, load_external_data=False).metadata_props}
     if "mlit_edge" not in meta:
         raise ValueError(f"{path} has neither a sidecar nor mlit-edge metadata: export it with mlit-edge export")
     info = json.loads(meta["mlit_edge"])
-    record = {"classes": info.get("classes"), "preprocess": info.get("preprocess"), "model": info.get("model"),
-              "precision": info.get("precision", "fp32")}
+    record = ArtifactRecord.from_json({"classes": info.get("classes"), "preprocess": info.get("preprocess"),
+                                       "model": info.get("model"), "precision": info.get("precision", "fp32")})
     check_publishable(record, None, f"refused {path}")
-    return Source(ArtifactRecord.of(record), onnx=path, precision=record["precision"], named=True)
+    return Source(record, onnx=path, precision=record.precision, named=True)

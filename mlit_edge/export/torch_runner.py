@@ -8,8 +8,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..artifacts.schema import ArtifactRecord
 from ..runtime.artifact import INPUT, RunnerOptions
 from ..runtime.runners import Runner
+from .source import model_record
 
 
 class TorchRunner(Runner):
@@ -72,21 +74,19 @@ class CheckpointRunner(TorchRunner):
         return {n: o.detach().cpu().numpy() for n, o in zip(self.output_names, [logits, *routes])}
 
 
-def checkpoint_opener(path: Path, content: bytes) -> tuple[Callable[[RunnerOptions], Runner], dict]:
+def checkpoint_opener(path: Path, content: bytes) -> tuple[Callable[[RunnerOptions], Runner], ArtifactRecord]:
     """A supervised mLiT checkpoint, loaded once: a maker of its runners (one per set of options, all
     from this one load) and a record like an export's sidecar."""
     from ..train.checkpoint import config_from_dict, load_checkpoint
-    from .source import model_record
-
     ckpt = load_checkpoint(path, kind="mlit", content=content)
     cfg = config_from_dict("mlit", ckpt["config"])
     params = sum(int(np.prod(t.shape)) for t in ckpt["model"].values())
-    record = {**model_record(cfg, ckpt.get("size"), ckpt["data"], str(path), hashlib.sha256(content).hexdigest(),
-                             params), "precision": "fp32"}
+    info = model_record(cfg, ckpt.get("size"), ckpt["data"], str(path), hashlib.sha256(content).hexdigest(), params)
+    record = ArtifactRecord.from_json({**info, "precision": "fp32"})
     return (lambda options: CheckpointRunner(ckpt, options.routing, options.device, options.threads)), record
 
 
-def open_checkpoint(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
+def open_checkpoint(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, ArtifactRecord]:
     """A checkpoint as an artifact (`runtime.artifact.open_artifact`'s opener for the torch format)."""
     make, record = checkpoint_opener(path, content)
     return make(options), record

@@ -18,18 +18,18 @@ from ..base.messages import log_lines
 from ..base.routing import partial_layers
 from ..artifacts.schema import ArtifactRecord
 from ..artifacts.sidecar import publish, temporary_beside
+from ..artifacts.targets import PARSER_GRAPH
 from .calibration import (MIN_EXPERT_TOKENS, CalibrationSet, Recipe, calibrate_int8, calibration_set,
                           format_coverage, routing_coverage, write_manifest)
-from .flavours import Flavour, artifact_stem
+from .flavours import Flavour, artifact_stem, flavour, variant_path
 from .handoff import HeldOut, Variant
+from ..runtime.runners import OnnxRuntimeRunner, predict_all
 
 logger = logging.getLogger(__name__)
 
 def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content: bytes | None = None) -> dict:
     """Top-1 of an ONNX classifier on a dataset's held-out split (decoded once per command) through ONNX
     Runtime; `content`: the graph's bytes when the caller holds them."""
-    from ..runtime.runners import OnnxRuntimeRunner, predict_all
-
     images, labels, name = held_out.labelled()
     with OnnxRuntimeRunner(path, content=content) as run:
         logits, _ = predict_all(run, images, batch, normalised=(held_out.split.mean, held_out.split.std))
@@ -37,7 +37,7 @@ def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content
     return {"dataset": name, "split": "test", "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
 
-def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_root: str | Path = "data",
+def measure(path: Path, record: ArtifactRecord, model=None, evaluate: bool = True, data_root: str | Path = "data",
             step: str | None = "[export 3/3]", held_out: HeldOut | None = None, proto: Any = None) -> dict:
     """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
     for a reduced precision, and `accuracy` on the held-out split of its dataset.
@@ -45,26 +45,25 @@ def measure(path: Path, record: dict, model=None, evaluate: bool = True, data_ro
     `step` prefixes the accuracy line; None measures silently what is not asked (an intermediate file).
     `held_out`: the decoded test split; `proto`: the artifact's graph, when the caller holds it parsed."""
     out = {}
-    rec = ArtifactRecord.of(record)
-    dataset = rec.dataset
+    dataset = record.dataset
     held_out = held_out or (HeldOut(dataset, data_root) if dataset else None)
-    if model is not None and rec.precision != "fp32":
+    if model is not None and record.precision != "fp32":
         from .onnx_export import variant_parity
 
         images = held_out.sample() if held_out else HeldOut("mnist5k", data_root).sample()
-        pre = rec.preprocess
+        pre = record.preprocess
         out["parity"] = parity = variant_parity(path, model, images, proto=proto,
                                                 normalisation=(pre.mean, pre.std) if pre else None)
         logger.info(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement "
                     f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
-        log_lines(logger, routing_report(parity, rec.precision))
-    if evaluate and dataset and not rec.random_weights:
+        log_lines(logger, routing_report(parity, record.precision))
+    if evaluate and dataset and not record.random_weights:
         content = proto.SerializeToString() if proto is not None else None
         out["accuracy"] = acc = evaluate_onnx(path, held_out, content=content)
         logger.info(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, "
                     f"ONNX Runtime): {acc['top1']:.4f}")
     elif step is not None:
-        why = ("random weights" if rec.random_weights else "no dataset recorded" if not dataset else "--no-eval")
+        why = ("random weights" if record.random_weights else "no dataset recorded" if not dataset else "--no-eval")
         logger.info(f"{step} accuracy skipped ({why})")
     return out
 
@@ -121,7 +120,7 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
     with temporary_beside(final) as tmp:
         if flavour.maker == "fp16":
             logger.info(f"[export 2/3] fp16 {final} ({flavour.about})")
-            record, proto = to_fp16(src.path, tmp, source=src)
+            info, proto = to_fp16(src.path, tmp, source=src)
         elif flavour.maker == "int8-dynamic":
             logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: {flavour.about}")
             if inputs.torch:  # the routing report reads a dataset; a device without torch skips it
@@ -131,7 +130,7 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
                 coverage = routing_coverage(src.path, calib.images, min_tokens=0, proto=src.graph(),
                                             normalisation=calib.normalisation)
                 log_lines(logger, format_coverage(coverage))
-            record, proto = to_int8_dynamic(src.path, tmp, coverage, source=src)
+            info, proto = to_int8_dynamic(src.path, tmp, coverage, source=src)
         else:
             recipe = inputs.recipe
             logger.info(f"[export 2/3] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
@@ -142,20 +141,18 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
                                         available=calib.manifest["split_size"], proto=src.graph(),
                                         normalisation=calib.normalisation)
             log_lines(logger, format_coverage(coverage))
-            record, reused, proto = calibrate_int8(src.path, tmp, calib, inputs.cache_dir, coverage, source=src)
+            info, reused, proto = calibrate_int8(src.path, tmp, calib, inputs.cache_dir, coverage, source=src)
             logger.info(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
                                           f"calibrated; manifest {manifest.name}"))
-        record.update(measure(tmp, record, inputs.model, inputs.evaluate, inputs.data_root, held_out=inputs.held_out,
-                              proto=proto))
-        record = publish(tmp, final, record)
-    return Variant(final, ArtifactRecord.of(record), coverage, reused, proto)
+        info.update(measure(tmp, ArtifactRecord.from_json(info), inputs.model, inputs.evaluate, inputs.data_root,
+                            held_out=inputs.held_out, proto=proto))
+        record = ArtifactRecord.from_json(publish(tmp, final, info))
+    return Variant(final, record, coverage, reused, proto)
 
 
-def variant_of(src: str | Path, precision: str, inputs: Inputs | None = None, runtime: str = "tensorrt",
+def variant_of(src: str | Path, precision: str, inputs: Inputs | None = None, runtime: str = PARSER_GRAPH,
                folder: str | Path | None = None) -> Variant:
     """`make_variant` for an fp32 export on disk (a script or a test; the pipeline holds its artifacts): the
     flavour of (`precision`, `runtime`), named beside `src` or in `folder`."""
-    from .flavours import flavour, variant_path
-
     return make_variant(Variant.read(src), flavour(precision, runtime), inputs or Inputs(),
                         variant_path(src, precision, folder, runtime))

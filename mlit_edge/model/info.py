@@ -9,7 +9,7 @@ counts that graph and "macs_all_tokens" the same graph with every token in the l
 """
 from __future__ import annotations
 
-from .config import PAPER_PARAMS, MLiTConfig
+from .config import PAPER_PARAMS, MLiTConfig, get_config
 from .mlit import MLiT, count_parameters
 
 
@@ -99,8 +99,6 @@ def format_layers(size: str, stats: dict, paper: dict | None) -> str:
 
 def size_report(size: str, num_classes: int = 100) -> tuple[str, dict]:
     """`mlit-edge info`: the per-layer table as text, and the same as a JSON-able dict."""
-    from .config import get_config
-
     cfg = get_config(size, num_classes=num_classes)
     stats = model_stats(cfg)
     paper = paper_comparison(size, cfg)

@@ -1,19 +1,22 @@
 """One loader for every artifact: `open_artifact(path) -> (runner, record)`.
 
-Each format (artifacts.formats: its name and suffixes) gets its opener here: the only dispatch on file suffixes in the
-project, and the opener of each format this floor runs. A checkpoint's opener needs torch, so the
+Each format (artifacts.targets.FORMATS: its name and suffixes) gets its opener here: the only dispatch on file
+suffixes in the project, and the opener of each format this floor runs. A checkpoint's opener needs torch, so the
 stage that has torch hands it in (`open_artifact(..., openers={"torch": ...})`, as bench does); the
 floor never names a module above it. Every opener reads the file once and verifies those bytes
 against the sidecar before they are loaded, so what was checked is exactly what runs.
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Tuple
 
-from ..artifacts.formats import SUFFIXES
-from .runners import Runner
+from ..artifacts.schema import ArtifactRecord, check_onnxruntime, read_record
+from ..artifacts.targets import FORMATS, Format
+from .runners import OnnxRuntimeRunner, Runner
+from ..base.messages import require_file
 
 INPUT = "images"  # the graph input of every mlit-edge artifact
 BATCH_PROFILE = (1, 8, 64)  # MIN, OPT, MAX batch of a dynamic-batch engine; also the batches bench times
@@ -36,8 +39,6 @@ class RunnerOptions:
 
 def torch_available() -> bool:
     """Whether torch is installed: datasets and checkpoints need it, a device's runtime does not."""
-    import importlib.util
-
     try:
         return importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):
@@ -55,7 +56,7 @@ def artifact_format(path: str | Path) -> Format:
 
 
 def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), content: bytes | None = None,
-                  openers: Mapping[str, "Opener"] | None = None) -> tuple[Runner, dict]:
+                  openers: Mapping[str, "Opener"] | None = None) -> tuple[Runner, ArtifactRecord]:
     """The runner for `path` (not yet open: `with runner:`) and its verified sidecar record.
 
     `content`: the file's bytes when the caller already read them (read here otherwise). `openers`: the
@@ -63,18 +64,16 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
     """
     path = Path(path)
     fmt = artifact_format(path)
-    opener = (openers or {}).get(fmt.name) or fmt.opener
+    opener = (openers or {}).get(fmt.name) or OPENERS.get(fmt.name)
     if opener is None:
         raise ValueError(f"{path}: a {fmt.name} file is opened by the workstation's bench, not the runtime, "
                          "which runs .plan and .onnx artifacts (build one with mlit-edge build)")
     if content is None:
-        from ..base.messages import require_file
-
         content = require_file(path).read_bytes()
     return opener(path, content, options)
 
 
-def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
+def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, ArtifactRecord]:
     try:
         import onnxruntime
     except ImportError:  # the runtime's fallback is optional on a Jetson (TensorRT runs the .plan)
@@ -82,47 +81,31 @@ def open_onnx(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
                            "pip install onnxruntime (or run the .plan with TensorRT)") from None
 
     from ..artifacts.graph_scan import check_graph, default_opset
-    from .runners import OnnxRuntimeRunner
-    from ..artifacts.schema import ArtifactRecord, check_onnxruntime, check_record
-    from ..artifacts.sidecar import read_sidecar
-
     try:
-        record = read_sidecar(path, content=content)
+        record = read_record(path, content=content)
     except FileNotFoundError:
         if options.require_sidecar:
             raise
-        record = {}
-    check_record(record, path)
+        record = ArtifactRecord()
     check_onnxruntime(record, onnxruntime.__version__, path, default_opset(content))
     check_graph(content, path)
     runner = OnnxRuntimeRunner(path, threads=options.threads, providers=list(options.providers or []) or None,
                                expose_routing=options.routing, mem_arena=options.ort_arena, content=content,
                                mem_pattern=options.ort_mem_pattern,
-                               session=ArtifactRecord.of(record).ort_session)
+                               session=record.ort_session)
     return runner, record
 
 
-def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, dict]:
-    from ..artifacts.schema import check_record
+def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, ArtifactRecord]:
     from ..devices.trt_env import verify_plan
     from .trt_runner import TensorRTRunner
 
-    record = verify_plan(path, content=content, force=options.force_device)
-    check_record(record, path)
+    record = verify_plan(path, content=content, force=options.force_device)  # its fields checked too
     return TensorRTRunner(path, cuda_graph=options.cuda_graph, verified=(content, record)), record
 
 
-Opener = Callable[[Path, bytes, RunnerOptions], Tuple[Runner, dict]]  # evaluated: typing's Tuple for 3.8
+Opener = Callable[[Path, bytes, RunnerOptions], Tuple[Runner, ArtifactRecord]]  # evaluated: typing's Tuple for 3.8
 
-
-@dataclass(frozen=True)
-class Format:
-    """An artifact format: its runtime's name, its file suffixes and its opener."""
-
-    name: str
-    suffixes: tuple[str, ...]
-    opener: Opener | None  # None: handed in by the stage that can open it (a checkpoint needs torch)
-
-
-OPENERS: dict[str, Opener | None] = {"tensorrt": open_plan, "onnxruntime": open_onnx, "torch": None}
-FORMATS: dict[str, Format] = {name: Format(name, suffixes, OPENERS[name]) for name, suffixes in SUFFIXES.items()}
+# each format's opener (artifacts.targets.FORMATS); a format without one is handed in by the stage that can open it
+# (a checkpoint needs torch)
+OPENERS: dict[str, Opener] = {"tensorrt": open_plan, "onnxruntime": open_onnx}

@@ -20,7 +20,7 @@ import numpy as np
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
 from ..base.messages import escaped, require_file
-from ..artifacts.input_convention import convention_of, dtype_of, model_input
+from ..artifacts.input_convention import model_input
 from ..artifacts.preprocess import resize_images
 from .runners import Runner, predict_all
 from ..artifacts.model_io import check_against_model
@@ -44,14 +44,17 @@ class Prediction:
 class Classifier:
     """An mLiT artifact plus its recorded preprocessing and class names."""
 
-    def __init__(self, runner: Runner, record: dict, path: Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+    def __init__(self, runner: Runner, record: ArtifactRecord, path: Path,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+        if record.preprocess is None or record.classes is None:  # what `classifier_fields` refuses in `load`
+            raise ValueError(f"{Path(path).name}.json records no preprocess or classes: not a classifier's sidecar")
         self.runner, self.record, self.path, self.max_pixels = runner, record, path, max_pixels
-        pre = record["preprocess"]
-        self.size, self.mean, self.std = pre["size"], pre["mean"], pre["std"]
-        self.convention = convention_of(record)  # normalised, or pixels for a --raw-input graph
-        self.input_dtype = dtype_of(record)  # float32, or uint8 (--input-dtype uint8): checked against the graph
-        self.classes: list[str] = list(record["classes"])
-        self.max_batch = runner.static_batch or int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
+        pre = record.preprocess
+        self.size, self.mean, self.std = pre.size, list(pre.mean), list(pre.std)
+        self.convention = record.input_convention  # normalised, or pixels for a --raw-input graph
+        self.input_dtype = record.input_dtype  # float32, or uint8 (--input-dtype uint8): checked against the graph
+        self.classes: list[str] = list(record.classes)
+        self.max_batch = runner.static_batch or int(record.max_batch or BATCH_PROFILE[-1])
 
     @classmethod
     @escaped

@@ -20,6 +20,7 @@ the results file or the folders around it.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -47,8 +48,6 @@ def say(message: str) -> None:
 
 def lock(inbox: Path) -> IO[str]:
     """The inbox's lock, held until the returned file is closed (or the process dies)."""
-    import fcntl
-
     handle = open(inbox / LOCK_NAME, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

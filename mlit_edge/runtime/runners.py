@@ -98,7 +98,7 @@ class OnnxRuntimeRunner(Runner):
         super().__init__()
         self.path, self.threads, self.providers = Path(path), threads, providers
         self.expose_routing, self.mem_arena, self.mem_pattern = expose_routing, mem_arena, mem_pattern
-        self.session_record = dict(session or {})
+        self.session_options = dict(session or {})
         self._content = content
         self._session = None
         self.route_experts: list[int | None] = []
@@ -107,7 +107,7 @@ class OnnxRuntimeRunner(Runner):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        threads = self.threads or self.session_record.get("threads")
+        threads = self.threads or self.session_options.get("threads")
         check_threads(threads, "threads")
         if threads:
             opts.intra_op_num_threads = int(threads)
@@ -117,7 +117,7 @@ class OnnxRuntimeRunner(Runner):
         # the memory pattern ORT plans after a first run is allocated beside what that run left in the
         # arena: about 95 MB more for XXS at batch 64, at no measured speed (docs/runtime.md)
         opts.enable_mem_pattern = self.mem_pattern
-        level = self.session_record.get("graph_optimization_level", "all")
+        level = self.session_options.get("graph_optimization_level", "all")
         opts.graph_optimization_level = graph_level(ort, level)
         opts.log_severity_level = 4  # fatal only: what fails (at load or run) is raised as one line of ours
         available = ort.get_available_providers()

@@ -20,7 +20,6 @@ import threading
 import time
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -28,40 +27,12 @@ import numpy as np
 
 from .classifier import Classifier, Prediction
 from ..artifacts.clobber import check_file_folder, refuse_clobber
-from .images import DEFAULT_MAX_PIXELS
 from ..artifacts.preprocess import resize_images
 from ..artifacts.sidecar import pending_path, sidecar_path
 from .video import Frame, FrameReader, SourceError, VideoSource, import_cv2, parse_source
+from .stream_options import FOURCC, StreamOptions
 
 logger = logging.getLogger(__name__)
-
-MAX_SIDE, MAX_FPS = 16384, 1000  # [ours] past any CSI sensor's mode; FrameReader trusts no stated FPS over 1000
-FOURCC = {".avi": "MJPG", ".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "MJPG"}
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    every: int = 1  # classify one frame in N
-    batch: int | None = None  # frames per call [default: a static-batch engine's batch, else 1]
-    top_k: int = 1
-    output: str | None = None  # the annotated video
-    results: str | None = None  # a file to append the JSON lines to, instead of `out`
-    status_s: float = 2.0  # seconds between status lines (0: none)
-    max_frames: int | None = None  # stop after this many classified frames
-    camera: tuple[int, int, int] = (1280, 720, 30)  # a CSI camera's width, height and fps
-    max_pixels: int | None = DEFAULT_MAX_PIXELS  # a larger frame is skipped and counted as corrupt
-
-    def __post_init__(self) -> None:
-        if self.every < 1 or (self.batch is not None and self.batch < 1) or self.top_k < 1:
-            raise ValueError("--every, --batch and --top-k must be at least 1")
-        if not self.status_s >= 0:  # NaN too
-            raise ValueError(f"--status-every {self.status_s}: give seconds >= 0")
-        width, height, fps = self.camera
-        if not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE and 1 <= fps <= MAX_FPS):
-            raise ValueError(f"--camera {width}x{height}@{fps}: give a width and height from 1 to {MAX_SIDE} and "
-                             f"an FPS from 1 to {MAX_FPS}")
-        if self.output is not None and Path(self.output).suffix.lower() not in FOURCC:
-            raise ValueError(f"{self.output}: write the annotated video as one of {', '.join(FOURCC)}")
 
 
 class Stats:
@@ -191,14 +162,15 @@ def check_paths(model: str | Path, source: VideoSource, opts: StreamOptions) -> 
             check_file_folder(path, what)
 
 
-def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] = sys.stdout) -> dict:
-    """Classify `uri`'s frames with the artifact `model`; JSON lines to `out` (or appended to `opts.results`).
+def run_stream(model: str | Path, uri: str, opts: StreamOptions, out: IO[str] | None = None) -> dict:
+    """Classify `uri`'s frames with the artifact `model`; JSON lines to `out` (None: the `sys.stdout` of the
+    call, not of the import, so a caller that redirects stdout gets them), or appended to `opts.results`.
     Returns the summary, with `signal` set when SIGINT or SIGTERM ended it, and `stalled_at_close` when a live
     source's read was still blocked as it closed (its thread and capture live on until that read returns)."""
     source = parse_source(uri, *opts.camera)
     check_paths(model, source, opts)
     if opts.results is None:
-        return _run(model, source, opts, out)
+        return _run(model, source, opts, out or sys.stdout)
     with open(opts.results, "a") as results:
         return _run(model, source, opts, results)
 

@@ -6,6 +6,7 @@ GPU, so it stays thin: everything it can share (verification, sidecars, batching
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -55,13 +56,14 @@ class TensorRTRunner(Runner):
 
     name = "tensorrt"
 
-    def __init__(self, plan: str | Path, cuda_graph: bool = False, verified: tuple[bytes, dict] | None = None) -> None:
+    def __init__(self, plan: str | Path, cuda_graph: bool = False,
+                 verified: tuple[bytes, ArtifactRecord] | None = None) -> None:
         super().__init__()
         self.plan, self.cuda_graph, self._verified = Path(plan), cuda_graph, verified
         self.engine: trt.ICudaEngine | None = None
         self.context: trt.IExecutionContext | None = None
         self.stream: Any = None  # cuda-python's cudaStream_t
-        self.record: dict = verified[1] if verified else {}
+        self.record = verified[1] if verified else ArtifactRecord()
         self._bufs: dict = {}
         self._dtypes: dict[str, np.dtype] = {}
         self._batch: int | None = None
@@ -82,7 +84,7 @@ class TensorRTRunner(Runner):
         if TYPE_CHECKING:
             import tensorrt as api
         else:  # at run time, the module the plan was built with (tensorrt or tensorrt_rtx)
-            api = import_trt(self.record.get("target", "tensorrt"))
+            api = import_trt(self.record.target or "tensorrt")
         self.cudart = cudart = get_cudart()
         self.engine, self.context = engine, engine.create_execution_context()
         self.stream = cuda_check(cudart.cudaStreamCreate())
@@ -98,7 +100,7 @@ class TensorRTRunner(Runner):
         shape = engine.get_tensor_shape(self.input_names[0])[:]
         self.input_shape = tuple(None if d < 0 else int(d) for d in shape)
         self.static_batch = self.input_shape[0]
-        rec = ArtifactRecord.of(self.record)
+        rec = self.record
         if self.static_batch is None and rec.max_batch is not None and rec.min_batch == rec.max_batch:
             self.static_batch = int(rec.max_batch)  # a dynamic-batch graph built static (--batch N): one size
         self.input_dtype = self._dtypes[self.input_names[0]].name
@@ -119,8 +121,6 @@ class TensorRTRunner(Runner):
         self._bufs = {}
 
     def _bind(self, batch: int) -> None:
-        import ctypes
-
         cudart = self.cudart
         engine, context = self._live()
         self._free()
@@ -129,7 +129,7 @@ class TensorRTRunner(Runner):
             wanted[0] = batch
             if not context.set_input_shape(name, wanted):
                 raise ValueError(f"batch {batch} is outside the engine's optimisation profile "
-                                 f"{self.record.get('engine', {}).get('flags', {}).get('profile')}")
+                                 f"{self.record.batch_profile}")
         for name in self.input_names + self.output_names:
             shape = context.get_tensor_shape(name)[:]
             dtype = self._dtypes[name]

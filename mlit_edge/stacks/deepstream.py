@@ -47,13 +47,15 @@ from .deepstream_app_rules import check_app
 from .glib_keyfile import keyfile_text
 from ..artifacts.graph_outputs import PROBABILITIES, io_facts, with_probabilities
 from .graph_record import check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
-from ..artifacts.input_convention import NORMALISED, PIXELS, UINT8, convention_of, describe, dtype_of
+from ..artifacts.input_convention import NORMALISED, PIXELS, UINT8
+from ..artifacts.model_io import describe
 from ..base.messages import printable, require_file
 from .nvinfer_rules import MAX_BATCH, ModelFacts, check_nvinfer, engine_cache_name
 from ..devices.plan_consumer import check_plan_consumer, engine_io
 from ..artifacts.staging import staged_folder
-from ..artifacts.schema import ArtifactRecord, check_runtime, classifier_fields
-from ..artifacts.sidecar import read_sidecar, user_fields, write_sidecar
+from ..artifacts.schema import ArtifactRecord, check_runtime, classifier_fields, recorded
+from ..artifacts.sidecar import user_fields, write_sidecar
+from ..artifacts.targets import PARSER_GRAPH
 
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode (NvDsInferNetworkMode)
 CALIB = "int8-calib-file.txt"
@@ -62,15 +64,17 @@ TRT_DTYPES = {"float": "float32", "half": "float16"}  # engine.io names types as
 MAX_STEM = 100  # [ours] room for nvinfer's "_b1024_gpu0_fp16.engine" after the copy's name within NAME_MAX (255)
 
 
-def scale_and_offsets(record: dict, path: str | Path) -> tuple[float, list[float]]:
+def scale_and_offsets(record: ArtifactRecord, path: str | Path) -> tuple[float, list[float]]:
     """nvinfer's net-scale-factor and per-channel offsets that reproduce the artifact's input; ValueError with
     the fix when one scale factor cannot (a per-channel std)."""
-    if convention_of(record) == PIXELS:
+    if record.input_convention == PIXELS:
         return 1.0, [0.0, 0.0, 0.0]
-    pre = record["preprocess"]
-    mean, std = [float(m) for m in pre["mean"]], [float(s) for s in pre["std"]]
+    pre = record.preprocess
+    if pre is None:
+        raise ValueError(f"{Path(path).name}.json records no preprocess: not a classifier's sidecar")
+    mean, std = [float(m) for m in pre.mean], [float(s) for s in pre.std]
     if max(std) - min(std) > STD_TOLERANCE * max(std):
-        ckpt = record.get("checkpoint") or "CKPT"
+        ckpt = record.checkpoint or "CKPT"
         raise ValueError(f"{Path(path).name}: nvinfer takes one net-scale-factor, but this model's std differs per "
                          f"channel ({', '.join(f'{s:g}' for s in std)}): export the normalisation into the graph, "
                          f"mlit-edge export --checkpoint {ckpt} --raw-input, and export-deepstream that")
@@ -101,15 +105,16 @@ def copy_name(artifact: Path, suffix: str) -> str:
 
 @dataclass(frozen=True)
 class Model:
-    """The model file that goes into the folder, its sidecar record and what nvinfer will find in it."""
+    """The model file that goes into the folder, its sidecar's fields (the JSON to write) and what nvinfer will
+    find in it."""
 
     name: str
     content: bytes
-    record: dict
+    info: dict
     facts: ModelFacts
 
 
-def _onnx_model(artifact: Path, content: bytes, record: dict) -> Model:
+def _onnx_model(artifact: Path, content: bytes, record: ArtifactRecord) -> Model:
     """The DeepStream copy of an ONNX: its graph ending in float32 probabilities, with its own sidecar."""
     try:
         import onnx  # noqa: F401
@@ -125,49 +130,48 @@ def _onnx_model(artifact: Path, content: bytes, record: dict) -> Model:
     name, dtype, dims = inputs[0]
     if any(not isinstance(d, int) for d in dims[1:]) or len(dims) != 4:
         raise ValueError(f"{artifact.name}: its input {name!r} is {dims}, expected (batch, 3, H, W) with H and W fixed")
-    derived = user_fields(record)
-    derived.update(outputs=[PROBABILITIES], made_from={"artifact": artifact.name, "sha256": record.get("sha256")},
+    derived = user_fields(record.to_json())
+    derived.update(outputs=[PROBABILITIES], made_from={"artifact": artifact.name, "sha256": record.sha256},
                    output={"name": PROBABILITIES, "kind": "probabilities", "dtype": "float32",
                            "op": "Softmax over the classes of logits (graph_outputs.with_probabilities)"})
-    classes = outputs[0][2][-1] or len(record["classes"])  # the graph's own count, which the labels must match
+    classes = outputs[0][2][-1] or len(record.classes or ())  # the graph's own count, which the labels must match
     facts = ModelFacts(tuple(dims[1:]), tuple((o[0], o[1]) for o in outputs), classes, batch=dims[0],
                        quantized=quantized)
     return Model(copy_name(artifact, "-probabilities.onnx"), copy, derived, facts)
 
 
-def _plan_model(artifact: Path, content: bytes, record: dict) -> Model:
+def _plan_model(artifact: Path, content: bytes, record: ArtifactRecord) -> Model:
     """A plan, as it is: taken only when DeepStream on a Jetson loads it and its one output is float32
     probabilities (a plan cannot be given a Softmax or a Cast)."""
     check_plan_consumer(record, artifact, "deepstream")
-    rec = ArtifactRecord.of(record)
     inputs, outputs = engine_io(record, artifact)  # every field checked, one line naming it
     said = [(t.name, TRT_DTYPES.get(t.dtype, t.dtype)) for t in outputs]
-    probabilities = (record.get("output") or {}).get("kind") == "probabilities"
+    probabilities = record.output_kind == "probabilities"
     if len(said) != 1 or said[0][1] != "float32" or not probabilities:
         got = ", ".join(f"{n} ({d})" for n, d in said) or "no recorded outputs"
         raise ValueError(f"{artifact.name} outputs {got}, and nvinfer's classifier parser reads one float32 output "
                          "of probabilities; a plan cannot be changed: pass the ONNX it was built from "
-                         f"({record.get('source_onnx') or 'X.onnx'}) to export-deepstream instead (nvinfer builds "
+                         f"({record.source_onnx or 'X.onnx'}) to export-deepstream instead (nvinfer builds "
                          "and caches the engine itself)")
     shape = list(inputs[0].shape)
     if len(shape) != 4 or not all(d > 0 for d in shape[1:]):
         raise ValueError(f"{artifact.name}.json records no (batch, 3, H, W) input in engine.io; rebuild the plan")
     check_sidecar(record, plan_graph_io(record, artifact), artifact, scores=said[0][0])  # predict's refusals
     fixed = shape[0] if shape[0] > 0 else None
-    profile = (fixed, fixed) if fixed else (int(rec.min_batch or 1), int(rec.max_batch or 1))
+    profile = (fixed, fixed) if fixed else (int(record.min_batch or 1), int(record.max_batch or 1))
     out_shape = outputs[0].shape
-    classes = out_shape[-1] if out_shape and out_shape[-1] > 0 else len(record["classes"])
+    classes = out_shape[-1] if out_shape and out_shape[-1] > 0 else len(record.classes or ())
     facts = ModelFacts(tuple(shape[1:]), tuple(said), classes, plan_profile=profile)
-    return Model(copy_name(artifact, ".plan"), content, dict(record), facts)
+    return Model(copy_name(artifact, ".plan"), content, record.to_json(), facts)
 
 
-def nvinfer_config(record: dict, model: Model, path: str | Path, batch: int = 1, threshold: float = 0.0,
+def nvinfer_config(record: ArtifactRecord, model: Model, path: str | Path, batch: int = 1, threshold: float = 0.0,
                    secondary: Secondary | None = None) -> str:
     """The `[property]` group of an nvinfer classifier running `model` (beside the config) on `batch` frames, or
     with `secondary` on batches of `batch` objects of the detector's."""
     scale, offsets = scale_and_offsets(record, path)
     c, h, w = model.facts.chw
-    precision = record.get("precision", "fp32")
+    precision = record.precision
     mode, output = NETWORK_MODE[precision], model.facts.outputs[0][0]
     lines = [f"# mlit-edge: {printable(Path(path).name)}; the input takes {printable(describe(record))}",
              "# the model outputs probabilities (Softmax, float32): classifier-threshold is a probability, and the "
@@ -228,18 +232,18 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
     if secondary is not None:
         check_secondary(secondary)
     content = artifact.read_bytes()
-    record = read_sidecar(artifact, content=content)  # the sha256 of these bytes, or one line
+    record = recorded(artifact, content)  # the sha256 of these bytes, or one line
     classifier_fields(record, artifact)
-    check_runtime(record, "tensorrt", artifact)  # an ONNX Runtime artifact's fused attention is no TensorRT graph
+    check_runtime(record, PARSER_GRAPH, artifact)  # an ONNX Runtime artifact's fused attention is no TensorRT graph
     model = (_plan_model if artifact.suffix == ".plan" else _onnx_model)(artifact, content, record)
-    if dtype_of(record) == UINT8:
-        ckpt = record.get("checkpoint") or "CKPT"
+    if record.input_dtype == UINT8:
+        ckpt = record.checkpoint or "CKPT"
         raise ValueError(f"{artifact.name} takes uint8 input, and nvinfer feeds float32 (its preprocessing writes "
                          f"float into the input binding): export the float32 pixels graph, mlit-edge export "
                          f"--checkpoint {ckpt} --raw-input, and export-deepstream that")
     infer_batch = secondary.batch if secondary else batch  # objects per batch in secondary mode, else frames
     config = nvinfer_config(record, model, artifact, infer_batch, threshold, secondary)
-    labels = labels_text(record["classes"], artifact)
+    labels = labels_text(record.classes or (), artifact)
     app = app_config(uri, batch, secondary)
     if os.path.lexists(out):
         raise FileExistsError(f"{out} already exists; remove it or pass another --out")
@@ -247,7 +251,7 @@ def write_deepstream(artifact: str | Path, out: str | Path, uri: str = SAMPLE_ST
         raise FileNotFoundError(f"output folder {out.parent} does not exist")
     with staged_folder(out) as staging:  # renamed to `out` whole, or removed (a killed run's: by the next run)
         (staging / model.name).write_bytes(model.content)  # the very bytes that were checked
-        write_sidecar(staging / model.name, model.record)
+        write_sidecar(staging / model.name, model.info)
         (staging / CONFIG).write_text(config, encoding="utf-8")  # GLib reads UTF-8 only (g_key_file_parse_line)
         (staging / LABELS).write_text(labels, encoding="utf-8")
         (staging / APP).write_text(app, encoding="utf-8")

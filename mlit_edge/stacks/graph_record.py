@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..devices.plan_consumer import PlanTensor, engine_io
 from ..artifacts.model_io import check_against_model
+from ..artifacts.schema import ArtifactRecord
 from ..artifacts.sidecar import SidecarError
+from ..artifacts.targets import parser_reads
+from ..artifacts.input_convention import onnx_dtype_name
 
 LOGITS = "logits"
 TRT_DTYPES = {"float": "float32", "half": "float16", "int8": "int8", "int32": "int32", "int64": "int64",
@@ -54,8 +57,6 @@ def parse_onnx(content: bytes, path: str | Path) -> Any:
 
 def onnx_graph_io(model: Any) -> GraphIO:
     """`GraphIO` of a parsed ONNX model (weights left out of its inputs)."""
-    from ..artifacts.input_convention import onnx_dtype_name
-
     graph = model.graph
     weights = {t.name for t in graph.initializer}
     inputs = [v for v in graph.input if v.name not in weights]
@@ -69,7 +70,7 @@ def onnx_graph_io(model: Any) -> GraphIO:
                    any(n.op_type == "QuantizeLinear" for n in graph.node))
 
 
-def plan_graph_io(record: Mapping[str, Any], path: str | Path) -> GraphIO:
+def plan_graph_io(record: ArtifactRecord, path: str | Path) -> GraphIO:
     """`GraphIO` of a plan from its sidecar's checked `engine.io` (-1 dims as free)."""
     inputs, outputs = engine_io(record, path)
 
@@ -80,7 +81,7 @@ def plan_graph_io(record: Mapping[str, Any], path: str | Path) -> GraphIO:
                    [t.name for t in outputs], {t.name: dims(t) for t in outputs})
 
 
-def check_sidecar(record: Mapping[str, Any], io: GraphIO, path: str | Path, scores: Optional[str] = LOGITS) -> None:
+def check_sidecar(record: ArtifactRecord, io: GraphIO, path: str | Path, scores: Optional[str] = LOGITS) -> None:
     """Refuse, in one line, a sidecar that contradicts the graph: no input, or predict's refusals
     (`model_io.check_against_model`: input convention and dtype, (N, 3, S, S) against preprocess.size, a class name
     per logit), or precision int8 on a graph without Q/DQ, or the reverse (nvinfer and ONNX Runtime's TensorRT
@@ -94,11 +95,11 @@ def check_sidecar(record: Mapping[str, Any], io: GraphIO, path: str | Path, scor
                            "classifier; export it again")
     if scores is not None and scores != LOGITS and scores in io.output_shapes:
         io = replace(io, output_shapes={LOGITS: io.output_shapes[scores]})
-    check_against_model(dict(record), io, path)  # GraphIO is a ModelIO
-    int8 = record.get("precision") == "int8"
-    if io.quantized is None or record.get("runtime") == "onnxruntime" or int8 == io.quantized:
+    check_against_model(record, io, path)  # GraphIO is a ModelIO
+    int8 = record.precision == "int8"
+    if io.quantized is None or not parser_reads(record.runtime) or int8 == io.quantized:
         return
-    said = "int8" if int8 else repr(record.get("precision", "fp32"))
+    said = "int8" if int8 else repr(record.precision)
     graph = "holds no QuantizeLinear (not Q/DQ INT8)" if int8 else "is Q/DQ INT8 (QuantizeLinear)"
     raise SidecarError(f"{where}.json: precision is {said}, but the graph {graph}; the sidecar does not belong to "
                        "this graph: rebuild the artifact with mlit-edge build")

@@ -22,15 +22,19 @@ from typing import Callable, Optional
 from ..runtime.artifact import BATCH_PROFILE
 from ..artifacts.graph_scan import default_opset
 from .graph_record import LOGITS, check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
-from ..artifacts.input_convention import describe, onnx_dtype_name
+from ..artifacts.input_convention import onnx_dtype_name
+from ..artifacts.model_io import describe
 from ..base.messages import require_file
 from ..devices.plan_consumer import check_plan_consumer, engine_io
-from ..artifacts.schema import ArtifactRecord, classifier_fields, onnxruntime_needed, version_pair
-from ..artifacts.sidecar import atomic_path, read_sidecar
+from ..artifacts.schema import ArtifactRecord, classifier_fields, onnxruntime_needed, recorded, version_pair
+from ..artifacts.sidecar import atomic_path
 from ..artifacts.staging import staged_folder
+from ..artifacts.targets import FORMATS
 from .triton_config import LABELS, TRITON_TYPES, Tensor, check_tensors, checked_config, placement
+from ..artifacts.graph_outputs import with_probabilities
 
-PLATFORMS = {".plan": ("tensorrt_plan", "model.plan"), ".onnx": ("onnxruntime_onnx", "model.onnx")}
+# each format Triton serves (artifacts.targets.FORMATS): its suffix -> its platform and its file in the repository
+PLATFORMS = {f.suffixes[0]: (f.triton, f"model{f.suffixes[0]}") for f in FORMATS.values() if f.triton}
 MAX_NAME = 128  # Triton's model names, as export-triton allows them
 
 
@@ -40,7 +44,7 @@ def _triton_type(name: str, dtype: str, path: Path) -> str:
     return TRITON_TYPES[dtype]
 
 
-def plan_io(path: Path, record: dict) -> tuple[list[Tensor], list[Tensor]]:
+def plan_io(path: Path, record: ArtifactRecord) -> tuple[list[Tensor], list[Tensor]]:
     """A plan's inputs and outputs, from the engine's I/O that its sidecar records (`plan_consumer.engine_io`,
     every field checked), in Triton's types."""
     inputs, outputs = engine_io(record, path)
@@ -114,7 +118,7 @@ def external_data(path: Path, file_name: str, content: bytes | None = None) -> l
     return names
 
 
-def ort_notes(content: bytes, record: dict) -> tuple[str, ...]:
+def ort_notes(content: bytes, record: ArtifactRecord) -> tuple[str, ...]:
     """For an ONNX that needs a recent ONNX Runtime (an -ort artifact: opset 23 Attention, or its sidecar's
     `onnxruntime.requires`), the one line that says so: Triton's ONNX Runtime backend is its own, per release.
     No file name in it: it is also a config.pbtxt comment, which takes printable ASCII only."""
@@ -125,18 +129,18 @@ def ort_notes(content: bytes, record: dict) -> tuple[str, ...]:
             f"backend is >= {need} (its release notes name the ONNX Runtime it ships)",)
 
 
-def _max_batch(inputs: list[Tensor], record: dict) -> int:
+def _max_batch(inputs: list[Tensor], record: ArtifactRecord) -> int:
     """0 for a static batch; otherwise the largest batch the artifact allows (a plan's profile maximum)."""
     if not inputs or inputs[0].shape[:1] != (-1,):
         return 0
-    return int(ArtifactRecord.of(record).max_batch or BATCH_PROFILE[-1])
+    return int(record.max_batch or BATCH_PROFILE[-1])
 
 
-def labels(record: dict, outputs: list[Tensor], artifact: Path) -> tuple[str, str]:
+def labels(record: ArtifactRecord, outputs: list[Tensor], artifact: Path) -> tuple[str, str]:
     """The output Triton's classification extension labels (the logits) and `LABELS`' text: one class name per
     line, in class order, as Triton reads it; a name holding a line break (which would shift every later
     class) or a class count that is not the output's is refused in one line."""
-    classes = [str(c) for c in record["classes"]]
+    classes = [str(c) for c in record.classes or ()]
     broken = [c for c in classes if re.search(r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]", c)]
     if broken:
         raise ValueError(f"{artifact.name}.json: class name {broken[0]!r} holds a line break, which would shift "
@@ -179,10 +183,11 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     """
     artifact, repo = Path(artifact), Path(repo)
     if artifact.suffix not in PLATFORMS:
-        raise ValueError(f"{artifact.name}: Triton serves .plan (TensorRT) and .onnx (ONNX Runtime) artifacts")
+        served_by = (f"{f.suffixes[0]} ({f.title})" for f in FORMATS.values() if f.triton)
+        raise ValueError(f"{artifact.name}: Triton serves {' and '.join(served_by)} artifacts")
     require_file(artifact)  # a folder, FIFO or device is said as such
     content = artifact.read_bytes()
-    record = read_sidecar(artifact, content=content)  # these bytes' sha256 against the sidecar, or one line
+    record = recorded(artifact, content)  # these bytes' sha256 against the sidecar, or one line
     classifier_fields(record, artifact)
     if artifact.suffix == ".plan":  # a TensorRT-RTX plan: the TensorRT backend cannot deserialize it
         check_plan_consumer(record, artifact, "triton")
@@ -193,13 +198,11 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         if artifact.suffix != ".onnx":
             raise ValueError(f"--probabilities: {artifact.name} is a plan, which cannot be edited; pass the .onnx, or "
                              "build a plan from a graph that ends in probabilities")
-        from ..artifacts.graph_outputs import with_probabilities
-
         try:
             served = with_probabilities(content)
         except ValueError as e:
             raise ValueError(f"{artifact.name}: {e}") from None
-        record = {**record, "served_output": "probabilities: Softmax(logits) in float32, appended by export-triton"}
+        record = record.derive(served_output="probabilities: Softmax(logits) in float32, appended by export-triton")
     inputs, outputs = onnx_io(artifact, served or content) if is_onnx else plan_io(artifact, record)
     check_tensors(inputs, outputs, artifact.name)
     # the sidecar against its graph with predict's refusals (input convention and dtype, size, a class per score)
@@ -213,7 +216,7 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
     place = placement(platform, kind, record, name, served or content, artifact.name, engine_cache)
     config = checked_config(name, platform, inputs, outputs, _max_batch(inputs, record), notes, labelled,
                             describe(record) if len(inputs) == 1 else None, place=place,
-                            profile_max=None if is_onnx else ArtifactRecord.of(record).max_batch)
+                            profile_max=None if is_onnx else record.max_batch)
     folder = repo / name
     if os.path.lexists(folder):  # a dangling link too: it is someone's
         raise FileExistsError(f"{folder} already exists; remove it or pass another --name")
@@ -229,7 +232,7 @@ def write_repository(artifact: str | Path, repo: str | Path, name: str | None = 
         (staging / "config.pbtxt").write_text(config)
         (staging / LABELS).write_text(label_text, encoding="utf-8")  # label_filename is read beside the config
         with atomic_path(staging / "mlit-edge.json") as tmp:  # provenance: the sidecar, next to the config
-            Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
+            Path(tmp).write_text(json.dumps(record.to_json(), indent=1) + "\n")
     for note in notes:
         (warn or (lambda line: None))(note)
     return folder

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
 
+from ..artifacts.schema import ArtifactRecord
+from ..artifacts.targets import parser_reads
 from ..devices.plan_consumer import MAX_DIM, valid_dim  # Triton's dims are int64; past 2^31 - 1 a record is forged
 from .triton_rules import ONNX, PLAN, PRECISION_MODES, check_config
 
@@ -103,7 +105,7 @@ def engine_cache_path(root: str, name: str, content: bytes) -> str:
     return f"{root.rstrip('/')}/mlit-edge-{name}-{hashlib.sha256(content).hexdigest()[:12]}"
 
 
-def placement(platform: str, kind: str, record: Mapping[str, Any], name: str, content: bytes, where: str,
+def placement(platform: str, kind: str, record: ArtifactRecord, name: str, content: bytes, where: str,
               engine_cache: str | None = None) -> Placement:
     """Where `export-triton --kind KIND` runs the artifact (`where`: its file name, for the one-line refusals).
 
@@ -131,11 +133,11 @@ def placement(platform: str, kind: str, record: Mapping[str, Any], name: str, co
                          "GPU instances only); serve the .onnx with --kind cpu instead")
     if platform == PLAN or kind == "cpu":
         return Placement("KIND_GPU" if platform == PLAN else "KIND_CPU")
-    if record.get("runtime", "any") == "onnxruntime":
+    if not parser_reads(record.runtime):
         raise ValueError(f"{where} was made for ONNX Runtime's CPU kernels (sidecar runtime \"onnxruntime\": integer "
                          "matmuls or opset 23 Attention, which TensorRT does not build): pass --kind cpu, or export-"
                          "triton the TensorRT graph of that precision (NAME-PRECISION.onnx, or its .plan) for the GPU")
-    precision = record.get("precision", "fp32")
+    precision = record.precision
     if precision not in PRECISION_MODES:
         raise ValueError(f"{where}.json: precision {precision!r} is none of {', '.join(PRECISION_MODES)}")
     cache = engine_cache_path(DEFAULT_ENGINE_CACHE if engine_cache is None else engine_cache, name, content)
@@ -188,8 +190,6 @@ def model_config(name: str, platform: str, inputs: list[Tensor], outputs: list[T
 def model_config_pb2() -> ModuleType:
     """Triton's ModelConfig message: tritonclient's generated module, loaded from its file so that the gRPC
     client (grpcio) is not needed; RuntimeError in one line where tritonclient or protobuf is missing."""
-    import importlib.util
-
     try:
         import tritonclient
         from google.protobuf import text_format  # noqa: F401

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
-PLAN, ONNX = "tensorrt_plan", "onnxruntime_onnx"  # the platforms export-triton writes
+from ..artifacts.targets import FORMATS
+
+PLAN, ONNX = FORMATS["tensorrt"].triton, FORMATS["onnxruntime"].triton  # the platforms export-triton writes
 # precision_mode: "Allowed values are "FP32", "FP16" and "INT8"" (ORT README.md, r25.12; BF16 came on main in 2026,
 # in no release branch). The backend maps FP16 and INT8 to ONNX Runtime's trt_fp16_enable and trt_int8_enable
 # (ORT src/onnxruntime.cc) and refuses any other ("unsupported precision mode").

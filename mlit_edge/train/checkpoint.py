@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import math
 import os
 import random
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from .. import __version__
 from ..model.config import MAEConfig, MLiTConfig
 from ..base.messages import first_line, not_a_file, printable
 from .weights_file import checkpoint_fields, header_problem, is_safetensors
+from ..artifacts.sidecar import atomic_path
+from .pretrained import is_pretrained, read_pretrained, shipped_config
 
 FORMAT = "mlit-edge-checkpoint"
 FORMAT_VERSION = 1
@@ -73,8 +77,6 @@ def set_rng_state(state: dict) -> None:
 
 def save_atomic(obj: Any, path: str | Path) -> None:
     """torch.save to a temporary file in the same folder, fsync, then rename over `path`."""
-    from ..artifacts.sidecar import atomic_path
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
@@ -138,8 +140,6 @@ def load_checkpoint(path: str | Path, kind: str | None = None, map_location: str
 def _from_weights(path: Path, content: bytes) -> dict:
     """The checkpoint dict of a `model.safetensors` and the `config.json` beside it (a shipped model's config
     checked against the sha256 its index records, as its weights were), for the checks every checkpoint gets."""
-    from .pretrained import shipped_config
-
     problem = header_problem(content)  # before its config is looked for: the file itself is what is wrong
     if problem:
         raise CheckpointError(f"refused {printable(path)}: not a readable safetensors file ({problem})")
@@ -151,8 +151,6 @@ def _declared_size_problem(content: bytes) -> str | None:
     """Why a zip checkpoint's declared sizes are not to be trusted, read from its central directory before
     any record is inflated (None when they are). torch.save stores every record uncompressed, so a file that
     declares more than it holds was made by something else: a zip bomb, for one."""
-    import zipfile
-
     if not content.startswith(b"PK"):
         return None  # not a zip: torch.load's own reader refuses it
     try:
@@ -168,8 +166,6 @@ def _declared_size_problem(content: bytes) -> str | None:
 
 def _structure_problem(ckpt: dict) -> str | None:
     """What is missing or mistyped in a checkpoint dict (None when it has what loaders use)."""
-    import math
-
     if ckpt.get("kind") not in KINDS:
         return f"kind is {ckpt.get('kind')!r}, not one of {KINDS}"
     for key in ("config", "model", "data"):
@@ -206,8 +202,6 @@ def read_checkpoint(path: str | Path, kind: str | None = None) -> tuple[dict, st
 
 def read_bytes(path: str | Path) -> tuple[Path, bytes]:
     """The file a checkpoint spec names and its bytes: a path, or `pretrained:NAME` once its sha256 matches."""
-    from .pretrained import is_pretrained, read_pretrained
-
     if is_pretrained(path):
         return read_pretrained(path)
     file = Path(path)

@@ -260,8 +260,6 @@ def sample_indices(total: int, n: int, seed: int = 0) -> np.ndarray:
 
 def sample_images(data: str, split: str, n: int, root: str | Path = "data", seed: int = 0) -> tuple[np.ndarray, dict]:
     """A seeded random subset of a dataset split, preprocessed as the model expects, and its description."""
-    import hashlib
-
     ds = load_dataset(data, split, root)
     idx = sample_indices(len(ds), n, seed)
     return ds.inputs(idx), {"name": ds.name, "split": split, "seed": seed,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import checkpoint as ck
-from ..model.config import DECODER_FIELDS, MAEConfig, MLiTConfig, get_config, size_label
+from ..model.config import MAEConfig, MLiTConfig, get_config, size_label
 from ..model.mlit import MLiT, count_parameters
 from .data import ImageSet, Loader, label_subset, load_dataset
 from .device import amp_dtype, resolve_device
@@ -26,108 +26,9 @@ from .loop import (RoutingStats, evaluate, lr_at, make_optimizer, noise_scale_at
 from .plots import plot_curves, plot_experts, plot_reconstruction
 from ..artifacts.outputs import check_writable
 from .run_folder import check_resume, clean_start, rewrite_log
+from .run_config import RunConfig
 
 logger = logging.getLogger(__name__)
-
-TASKS = ("train", "pretrain", "finetune")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What `mlit-edge train | pretrain | finetune` was asked to do."""
-
-    task: str = "train"
-    size: str = "xxs"
-    data: str = "mnist5k"
-    data_root: str = "data"
-    download: bool = False
-    out: str = "runs/xxs-mnist5k"
-    epochs: int = 30
-    batch_size: int = 128  # global, across all processes
-    lr: float | None = None  # None: the paper's 3e-4 * batch / 256
-    min_lr: float = 0.0
-    warmup_frac: float = 0.05  # [paper] warm-up over the first 5% of epochs
-    weight_decay: float = 0.05  # [paper]
-    clip_grad: float | None = None
-    amp: str = "auto"  # auto (fp16 on CUDA, off on CPU) | fp16 | bf16 | off
-    device: str = "auto"
-    seed: int = 0
-    deterministic: bool = False
-    resident: bool = False  # keep the whole dataset on the device
-    compile: bool = False
-    resume: bool = False
-    init_from: str | None = None  # mmLiT checkpoint to fine-tune from
-    overrides: dict = field(default_factory=dict)  # MLiTConfig fields, and the decoder's for pretrain
-    mask_ratio: float | None = None  # MAE only
-    labels_per_class: int | None = None  # train/finetune on this many labelled images of each class
-    subset_seed: int = 0  # the draw of that subset
-    eval_every: int = 1
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}")
-        if self.amp not in ("auto", "fp16", "bf16", "off"):
-            raise ValueError(f"--amp {self.amp!r}: choose from auto, fp16, bf16, off")
-        for name in ("epochs", "batch_size", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.labels_per_class is not None and (self.labels_per_class < 1 or self.task == "pretrain"):
-            raise ValueError("--labels-per-class must be at least 1" if self.labels_per_class < 1 else
-                             "--labels-per-class: pre-training uses every image, without its label")
-        if self.task == "finetune" and not self.init_from:
-            raise ValueError("finetune needs --from PRETRAIN.pt (an mmLiT checkpoint)")
-        from .data import IMG_SIZE
-
-        fixed = {"num_classes": "the dataset's class count", "in_chans": 3, "img_size": IMG_SIZE}
-        for key, value in fixed.items():  # the data decides these; a mismatch would only fail at the first step
-            if key in self.overrides and (isinstance(value, str) or self.overrides[key] != value):
-                raise ValueError(f"--set {key}={self.overrides[key]}: {key} is set by the data ("
-                                 f"{value if isinstance(value, str) else f'every dataset is loaded as {value}'})")
-        if self.decoder and self.task != "pretrain":
-            raise ValueError(f"--set {next(iter(self.decoder))}: a field of the mmLiT decoder, which only pretrain "
-                             "builds")
-        if self.task == "pretrain":  # every value checked before any work
-            self.mae_config()
-        elif self.task != "finetune":
-            get_config(self.size, **self.encoder)
-
-    @property
-    def encoder(self) -> dict:
-        """The `--set` fields of the encoder (the classifier's model)."""
-        return {k: v for k, v in self.overrides.items() if k not in DECODER_FIELDS}
-
-    @property
-    def decoder(self) -> dict:
-        """The `--set` fields of the mmLiT decoder."""
-        return {k: v for k, v in self.overrides.items() if k in DECODER_FIELDS}
-
-    def mae_config(self) -> MAEConfig:
-        """The mmLiT that pretrain builds: the size's encoder without a head, and the decoder."""
-        mask = {} if self.mask_ratio is None else {"mask_ratio": self.mask_ratio}
-        return MAEConfig(encoder=get_config(self.size, num_classes=0, **self.encoder), **self.decoder, **mask)
-
-    @classmethod
-    def for_task(cls, task: str, size: str | None, out: str | None = None, gating: str | None = None,
-                 **fields) -> "RunConfig":
-        """The run a CLI command asks for; `out` defaults to runs/TASK-SIZE-DATA; `gating` names a preset of
-        `model.config.GATINGS` that `--set` fields override."""
-        from ..model.config import GATINGS
-
-        data_tag = fields.get("data", cls.data).rstrip("/").split("/")[-1]
-        if task == "finetune" and size is None:  # the encoder's own size names the run folder
-            size = encoder_size(fields["init_from"])
-        if gating is not None:
-            fields["overrides"] = {**GATINGS[gating], **fields.get("overrides", {})}
-        return cls(task=task, size=size, out=out or f"runs/{task}-{size}-{data_tag}", **fields)
-
-
-def encoder_size(init_from: str) -> str:
-    """The size of the mmLiT encoder a finetune starts from, as its run folder and checkpoint name it."""
-    from ..model.records import claimed_size
-
-    pre = ck.load_checkpoint(init_from, kind="mmlit")
-    return claimed_size(pre.get("size"), ck.config_from_dict("mmlit", pre["config"]).encoder)
 
 
 def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, MLiTConfig | MAEConfig, str]:

@@ -9,6 +9,7 @@ from torch import nn
 from ..model.mlit import new_model
 from .checkpoint import load_checkpoint, model_from_checkpoint
 from .pretrained import PREFIX, PretrainedError, default_for, entry_of, spec_name
+from ..model.config import SIZES
 
 
 def load_pretrained(spec: str | Path) -> nn.Module:
@@ -24,8 +25,6 @@ def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.M
     (or any shipped NAME) that model, an MMLiT for a masked auto-encoder. A shipped model takes no overrides.
     Sizes are case-insensitive, as `new_model`'s are; anything else is a one-line error.
     """
-    from ..model.config import SIZES
-
     if not isinstance(size, str):
         raise TypeError(f"create_model: the size is {size!r}; give one of {', '.join(SIZES)}")
     size = size.lower()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from ..artifacts.sidecar import atomic_path
+
 
 def save_figure(fig, path: str | Path) -> Path:
     """Write `fig` as a PNG atomically (a temporary beside `path`, then a rename) and close it."""
-    from ..artifacts.sidecar import atomic_path
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -54,8 +56,6 @@ def plot_curves(rows: list[dict], path: str | Path, loglog: bool = False, title:
 def plot_experts(panels: dict[str, list[list[float]]], path: str | Path) -> None:
     """Heat maps side by side, one per routing (e.g. the training one and the clean, deployed one): one row
     per MoE layer, one column per expert, colour = share of routed token slots."""
-    import numpy as np
-
     plt = pyplot()
     width = max(len(r) for rows in panels.values() for r in rows)
     depth = max(len(rows) for rows in panels.values())

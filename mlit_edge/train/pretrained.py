@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..base.textfile import METADATA_BYTES, read_bytes, read_json
 from .weights_file import CONFIG_FILE, read_config
+
+if TYPE_CHECKING:  # annotations only
+    from ..artifacts.schema import ArtifactRecord
 
 PREFIX = "pretrained:"
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -115,12 +119,12 @@ def spec_name(spec: str | Path) -> str:
     return str(spec).removeprefix(PREFIX)
 
 
-def weights_banner(record: dict, checkpoint_given: bool) -> str | None:
+def weights_banner(record: ArtifactRecord, checkpoint_given: bool) -> str | None:
     """What a build or export says about its weights: the random-weights warning, or the shipped
     pretrained model it took for want of a checkpoint; None when the user named the source."""
-    if record.get("random_weights"):
+    if record.random_weights:
         return RANDOM_WARNING
     if checkpoint_given:
         return None
-    return f"weights: {describe_spec(record['checkpoint'])}; --random-weights gives random weights instead"
+    return f"weights: {describe_spec(record.checkpoint)}; --random-weights gives random weights instead"
 

@@ -1,7 +1,6 @@
 """`mlit-edge bench`: statistics, fidelity, routing agreement, the report's schema and refusals."""
 import json
 import logging
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from mlit_edge.export.onnx_export import export_onnx
 from mlit_edge.export.source import load_for_export  # noqa: E402
 from mlit_edge.devices.trt_env import import_trt  # noqa: E402
 from mlit_edge.model.mlit import MLiT  # noqa: E402
-from tests.helpers import CLI, ENV  # noqa: E402
+from tests.helpers import run_cli  # noqa: E402
 
 FAST = BenchConfig(batches=(1, 4), warmup_ms=0, warmup_iters=2, duration_s=None, iterations=5, limit=64,
                    isolate=False)  # in this process; the default, each artifact in its own, is asked for by name
@@ -192,9 +191,8 @@ def test_an_artifact_that_fails_mid_run_is_its_row_and_the_rest_are_reported(tri
     bad = tmp_path / "zz-broken.onnx"
     bad.write_bytes(b"\x08" + b"\xff" * 64)  # passes the header check, fails to load
     out = tmp_path / "r.json"
-    proc = subprocess.run([*CLI, "bench", str(good), str(bad), "--reference", str(ckpt), "--batch", "1",
-                           "--iterations", "3", "--warmup-ms", "0", "--limit", "16", "--json", str(out)],
-                          capture_output=True, text=True, env=ENV)
+    proc = run_cli("bench", good, bad, "--reference", ckpt, "--batch", "1", "--iterations", "3", "--warmup-ms", "0",
+                   "--limit", "16", "--json", out, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "good.onnx" in proc.stdout and "error: zz-broken.onnx: not benched:" in proc.stdout
     assert "1 of 2 artifacts could not be benched (zz-broken.onnx: " in proc.stderr
@@ -210,10 +208,8 @@ def test_an_artifact_that_fails_mid_run_is_its_row_and_the_rest_are_reported(tri
 def test_report_schema_through_the_cli(trio, tmp_path):
     ckpt, good, _ = trio
     out = tmp_path / "r.json"
-    proc = subprocess.run([*CLI, "bench", str(good), str(ckpt), "--batch", "1,2", "--iterations", "5",
-                           "--warmup-ms", "0", "--limit", "32", "--json", str(out), "--plot", str(tmp_path / "p")],
-                          capture_output=True, text=True, env=ENV)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_cli("bench", good, ckpt, "--batch", "1,2", "--iterations", "5", "--warmup-ms", "0", "--limit", "32",
+                   "--json", out, "--plot", tmp_path / "p")
     assert "p50 ms" in proc.stdout and "good.onnx" in proc.stdout and "harness overhead" in proc.stdout
     r = json.loads(out.read_text())
     assert r["schema"] == "mlit-edge-bench/1"
@@ -246,8 +242,7 @@ def test_bench_plan_without_gpu_is_one_line_and_measures_nothing(tmp_path):
                                         "device": {"compute_capability": None}}})
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    proc = subprocess.run([*CLI, "bench", str(plan), "--json", str(tmp_path / "r.json")], capture_output=True,
-                          text=True, env=ENV)
+    proc = run_cli("bench", plan, "--json", tmp_path / "r.json", check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and any(w in lines[0] for w in ("no CUDA GPU", "not installed", "no TensorRT")), proc.stderr
@@ -257,7 +252,7 @@ def test_bench_plan_without_gpu_is_one_line_and_measures_nothing(tmp_path):
 def test_unknown_artifact_and_missing_files_are_one_line(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"123")
     for arg, words in [(tmp_path / "x.bin", "unknown artifact type"), (tmp_path / "nope.onnx", "does not exist")]:
-        proc = subprocess.run([*CLI, "bench", str(arg)], capture_output=True, text=True, env=ENV)
+        proc = run_cli("bench", arg, check=False)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr
 
 

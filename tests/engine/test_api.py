@@ -205,7 +205,7 @@ def test_the_runner_names_the_missing_gpu_in_one_line_with_the_real_cuda_runtime
     result = build_serialized(source, trt)
     assert result["ok"], result
     plan = tmp_path / "tiny.plan"
-    record = engine_record(source, ArtifactRecord.of({}), None, result, local_env("tensorrt-rtx"), "tensorrt-rtx")
+    record = engine_record(source, ArtifactRecord(), None, result, local_env("tensorrt-rtx"), "tensorrt-rtx")
     write_plan(result["engine"], plan, {**record, "precision": "fp32", "classes": [str(i) for i in range(10)],
                                         "preprocess": {"size": 36, "mean": [0.5] * 3, "std": [0.5] * 3}})
     with pytest.raises(EngineError) as refused:

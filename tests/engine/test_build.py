@@ -21,8 +21,9 @@ from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.engine.plan import write_plan
 from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
 from mlit_edge.devices.trt_env import import_trt  # noqa: E402
+from mlit_edge.artifacts.schema import ArtifactRecord  # noqa: E402
 from mlit_edge.artifacts.sidecar import read_sidecar, sidecar_path  # noqa: E402
-from tests.helpers import CLI, ENV, ROOT, cli, export_tiny, tiny_model  # noqa: E402
+from tests.helpers import CLI, ENV, ROOT, export_tiny, run_cli, tiny_model  # noqa: E402
 
 RTX = pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (the dev extra installs it)")
 
@@ -120,7 +121,7 @@ def test_plan_sidecar_round_trip(tmp_path):
     record = read_sidecar(plan)
     assert record["sha256"] and record["bytes"] == plan.stat().st_size and record["artifact"] == "m.plan"
     assert record["engine"]["device"]["compute_capability"] == "8.7" and record["classes"] == ["a", "b"]
-    check_compatible(record, ORIN)  # the machine it was built on accepts it
+    check_compatible(ArtifactRecord.from_json(record), ORIN)  # the machine it was built on accepts it
 
 
 def test_tampered_plan_is_refused_before_deserializing(tmp_path):
@@ -167,7 +168,7 @@ def test_load_engine_deserializes_the_very_bytes_it_verified(tmp_path, monkeypat
     monkeypatch.setattr(pathlib.Path, "read_bytes", lambda self: looks.append(self.name) or real_read_bytes(self))
     monkeypatch.setattr(sidecar_mod, "sha256_file", lambda path, *a: looks.append(Path(path).name) or real_sha(path))
     engine, record = load_engine(plan, env=ORIN)
-    assert given == [real_read_bytes(plan)] and record["precision"] == "fp16"
+    assert given == [real_read_bytes(plan)] and record.precision == "fp16"
     assert looks.count("m.plan") == 1  # hashed from the bytes TensorRT got, not from a second look at the file
 
 
@@ -191,9 +192,9 @@ def test_plan_for_another_tensorrt_or_gpu_is_refused_with_the_rebuild_line(tmp_p
 @RTX
 def test_build_int8_plan_from_onnx_with_tensorrt_rtx(tiny_onnx, tmp_path):
     out = tmp_path / "out"
-    proc = cli("build", "--onnx", tiny_onnx, "--precision", "int8", "--target", "tensorrt-rtx", "--calib-n", 64,
-               "--out", out, "--no-calib-cache", "--timing-cache", tmp_path / "timing.cache", "--dynamic-batch",
-               "1,4,16")
+    proc = run_cli("build", "--onnx", tiny_onnx, "--precision", "int8", "--target", "tensorrt-rtx", "--calib-n", 64,
+                   "--out", out, "--no-calib-cache", "--timing-cache", tmp_path / "timing.cache", "--dynamic-batch",
+                   "1,4,16")
     assert "routing coverage on 64 calibration images" in proc.stderr
     plan = out / "mlit-tiny-int8.plan"
     record = read_sidecar(plan)
@@ -210,7 +211,7 @@ def test_build_int8_plan_from_onnx_with_tensorrt_rtx(tiny_onnx, tmp_path):
 
 @pytest.mark.skipif(import_trt() is not None and import_trt().__name__ == "tensorrt", reason="TensorRT is installed")
 def test_target_tensorrt_without_tensorrt_is_one_line(tiny_onnx, tmp_path):
-    proc = cli("build", "--onnx", tiny_onnx, "--target", "tensorrt", "--out", tmp_path, check=False)
+    proc = run_cli("build", "--onnx", tiny_onnx, "--target", "tensorrt", "--out", tmp_path, check=False)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "`tensorrt` module is not installed" in lines[0] and "Traceback" not in proc.stderr
@@ -223,7 +224,7 @@ def test_bad_build_arguments_are_one_line_errors(tiny_onnx, tmp_path):
                         (["--onnx", tmp_path / "missing.onnx"], "does not exist"),
                         (["--calib-data", tmp_path / "nope.json", "--precision", "int8", "--onnx", tiny_onnx],
                          "does not exist")]:
-        proc = cli("build", "--out", tmp_path / "o", "--target", "onnxruntime", *args, check=False)
+        proc = run_cli("build", "--out", tmp_path / "o", "--target", "onnxruntime", *args, check=False)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
@@ -258,7 +259,7 @@ def test_killed_build_leaves_no_partial_artifact(tiny_onnx, tmp_path):
     assert not list(out.glob("*.plan"))
     for path in out.glob("*.onnx"):  # whatever carries a final name is complete
         onnx.checker.check_model(str(path))
-    done = cli(*args)
+    done = run_cli(*args)
     assert "temporary file(s) that an interrupted build left" in done.stderr
     assert not list(out.glob(".*.tmp")) and read_sidecar(out / "mlit-tiny-int8.plan")["precision"] == "int8"
 
@@ -271,7 +272,7 @@ def test_build_xxs_fp16_onnxruntime_and_tensorrt_rtx(tmp_path):
 
     out = tmp_path / "a"
     target = "tensorrt-rtx" if import_trt() is not None else "onnxruntime"
-    proc = cli("build", "--size", "xxs", "--precision", "fp16", "--target", target, "--out", out)
+    proc = run_cli("build", "--size", "xxs", "--precision", "fp16", "--target", target, "--out", out)
     assert "weights: pretrained:xxs-mnist5k" in proc.stderr and "RANDOM" not in proc.stderr  # the shipped model
     rec = read_sidecar(out / "mlit-xxs-fp16.onnx")
     assert rec["precision"] == "fp16" and not rec["random_weights"] and rec["parity"]["top1_agreement"] > 0.99
@@ -289,11 +290,11 @@ def test_torch_tensorrt_frontend_missing_is_one_line(tmp_path):
 
     if importlib.util.find_spec("torch_tensorrt") is not None:
         pytest.skip("torch_tensorrt is installed")
-    proc = cli("build", "--size", "xxs", "--frontend", "torch-tensorrt", "--out", tmp_path, check=False)
+    proc = run_cli("build", "--size", "xxs", "--frontend", "torch-tensorrt", "--out", tmp_path, check=False)
     assert proc.returncode == 1 and "torch_tensorrt is not installed" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("*.onnx"))
-    proc = cli("build", "--size", "xxs", "--frontend", "torch-tensorrt", "--precision", "int8", "--out", tmp_path,
-               check=False)
+    proc = run_cli("build", "--size", "xxs", "--frontend", "torch-tensorrt", "--precision", "int8", "--out", tmp_path,
+                   check=False)
     assert proc.returncode == 1 and "INT8 goes through the calibrated ONNX" in proc.stderr
 
 
@@ -308,7 +309,7 @@ def test_torch_tensorrt_frontend_builds_a_plan_that_matches_pytorch(tmp_path):
     result = run_build(BuildRequest(precision="fp32", size="xxs", target="tensorrt", frontend="torch-tensorrt",
                                     batch=4, out=str(tmp_path), evaluate=False))
     engine, record = load_engine(result.artifact)
-    assert record["frontend"] == "torch-tensorrt" and engine.num_io_tensors == 2
+    assert read_sidecar(result.artifact)["frontend"] == "torch-tensorrt" and engine.num_io_tensors == 2
 
 
 @RTX
@@ -380,7 +381,7 @@ def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(tr
     assert gates and all(producers[n.input[0]] == "LayerNormalization" for n in gates)  # float in, float out
     for args in (["build", "--onnx", art, "--target", "tensorrt-rtx", "--out", tmp_path / "trt"],
                  ["check", art, "--no-build"]):
-        proc = cli(*args, check=False)
+        proc = run_cli(*args, check=False)
         assert proc.returncode == 1 and "made for onnxruntime, not tensorrt" in proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr
     assert not (tmp_path / "trt").exists()

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlit_edge.engine.dla import check_dla_request, configure_dla, dla_placement, format_placement
-from tests.helpers import cli
+from tests.helpers import run_cli
 
 API = json.loads((Path(__file__).parents[2] / "mlit_edge/engine/data/trt_python_api.json").read_text())["branches"]
 BRANCHES = ["release/8.5", "release/8.6", "release/10.3", "release/10.13"]
@@ -83,8 +83,8 @@ def test_a_dla_build_it_cannot_run_is_refused(precision, batch, message):
 
 
 def test_build_refuses_int8_on_the_dla_without_implicit_quantization_in_one_line_before_any_work(tmp_path):
-    proc = cli("build", "--dla-core", "0", "--precision", "int8", "--batch", "1", "--size", "xxs",
-               "--random-weights", "--target", "tensorrt-rtx", "--out", tmp_path / "o", check=False)
+    proc = run_cli("build", "--dla-core", "0", "--precision", "int8", "--batch", "1", "--size", "xxs",
+                   "--random-weights", "--target", "tensorrt-rtx", "--out", tmp_path / "o", check=False)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr
     assert "TensorRT-RTX has no implicit quantization" in lines[0] and "--precision fp16" in lines[0]

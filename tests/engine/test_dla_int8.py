@@ -179,15 +179,15 @@ def test_build_serialized_makes_a_weakly_typed_calibrated_dla_engine_with_the_pi
 def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it(tiny_onnx, monkeypatch, tmp_path):
     """`mlit-edge build --onnx FP32 --dla-core 0 --precision int8` through run_build, TensorRT and CUDA stood in:
     the engine is built from the fp32 graph, fed exactly the manifest's images, and the sidecar says so."""
-    import mlit_edge.engine.plan as plan
     import mlit_edge.devices.trt_env as trt_env
-    import mlit_edge.runtime.trt_runner as trt_runner
+    import mlit_edge.engine.dla_int8 as dla_int8
+    from mlit_edge.engine import build as build_module
     from mlit_edge.engine.build import BuildRequest, run_build
     from mlit_edge.export.calibration import calibration_set, resolve_recipe
 
     trt, rt, fed = _trt("release/10.3"), FakeCudart(), []
     monkeypatch.setattr(trt_env, "_import", lambda name: trt if name == "tensorrt" else __import__(name))
-    monkeypatch.setattr(trt_runner, "get_cudart", lambda: rt)
+    monkeypatch.setattr(dla_int8, "get_cudart", lambda: rt)  # the calibrator's, where make_calibrator calls it
 
     def build(onnx, module, opts):
         cal = opts.calibrator
@@ -198,13 +198,13 @@ def test_run_build_calibrates_the_fp32_onnx_on_the_recipes_images_and_records_it
         return {"module": "tensorrt", "version": "10.3", "ok": True, "engine": b"plan", "layers": 1, "build_s": 0.0,
                 "flags": {"strongly_typed": False, "dla_core": 0}, "io": {}}
 
-    monkeypatch.setattr(plan, "build_serialized", build)
+    monkeypatch.setattr(build_module, "build_serialized", build)
     built = run_build(BuildRequest(onnx=str(tiny_onnx), precision="int8", target="tensorrt", dla_core=0, batch=4,
                                    calib_n=8, out=str(tmp_path / "o"), evaluate=False))
     want = calibration_set(resolve_recipe(None, 8, 0, built.record.dataset))
     np.testing.assert_array_equal(np.concatenate(fed), want.images.reshape(-1))
-    calib = built.record["engine"]["flags"]["calibration"]
-    assert built.artifact.name.endswith("-int8.plan") and built.record["precision"] == "int8"
-    assert calib["manifest_sha256"] == want.manifest["sha256"] == built.record["calibration_sha256"]
+    calib = built.record.to_json()["engine"]["flags"]["calibration"]
+    assert built.artifact.name.endswith("-int8.plan") and built.record.precision == "int8"
+    assert calib["manifest_sha256"] == want.manifest["sha256"] == built.record.calibration_sha256
     assert calib["images"] == 8
     assert calib["cache_sha256"] == __import__("hashlib").sha256(b"cache").hexdigest()

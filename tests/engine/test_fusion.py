@@ -136,9 +136,9 @@ def test_the_plan_pads_by_profile_and_the_cli_refuses_a_bad_size_in_one_line(tmp
     from mlit_edge.export.resolve import resolve_plan
     from mlit_edge.export.source import Source
     from mlit_edge.artifacts.schema import ArtifactRecord
-    from tests.helpers import cli
+    from tests.helpers import run_cli
 
-    source = Source(ArtifactRecord.of({"model": {"size": "xxs", "config": {"dim": 108, "heads": 6}}}))
+    source = Source(ArtifactRecord.from_json({"model": {"size": "xxs", "config": {"dim": 108, "heads": 6}}}))
     out = str(tmp_path / "m.onnx")
     assert resolve_plan(ExportRequest(out=out), source).pad_to == 24  # tensorrt-10
     assert resolve_plan(ExportRequest(out=out, jetpack="6.2"), source).pad_to == 24
@@ -146,6 +146,6 @@ def test_the_plan_pads_by_profile_and_the_cli_refuses_a_bad_size_in_one_line(tmp
     assert resolve_plan(ExportRequest(out=out, pad_heads="32"), source).pad_to == 32
     build = resolve_plan(BuildRequest(target="onnxruntime", precision="fp32", out=str(tmp_path)), source)
     assert build.pad_to is None and "ONNX Runtime" in build.pad_reason
-    proc = cli("export", "--size", "xxs", "--pad-heads", "20", "--out", out, check=False)
+    proc = run_cli("export", "--size", "xxs", "--pad-heads", "20", "--out", out, check=False)
     assert proc.returncode != 0 and "multiple of 8" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

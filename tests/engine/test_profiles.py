@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from mlit_edge.artifacts.schema import ArtifactRecord
 from mlit_edge.devices.profiles import (DEFAULT, PROFILES, choose, installed_profile, named_profile, parses,
                                         profile_named)
 
@@ -162,10 +163,11 @@ def test_a_strongly_typed_build_on_tensorrt_8_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(refused.value)
 
 
-def _plan_record(module: str | None) -> dict:
-    return {"artifact": "m.plan", "source_onnx": "m-fp16.onnx", "precision": "fp16", "target": "tensorrt",
-            "engine": {"builder": {"module": "tensorrt", "version": "10.3.0.30"},
-                       "device": {"gpu_name": "Orin", "compute_capability": "8.7", "module": module}}}
+def _plan_record(module: str | None) -> ArtifactRecord:
+    device = {"gpu_name": "Orin", "compute_capability": "8.7", "module": module}
+    return ArtifactRecord.from_json({"artifact": "m.plan", "source_onnx": "m-fp16.onnx", "precision": "fp16",
+                                     "target": "tensorrt", "engine": {
+                                         "builder": {"module": "tensorrt", "version": "10.3.0.30"}, "device": device}})
 
 
 def test_a_plan_built_on_another_jetson_module_is_refused_unless_forced(caplog):
@@ -257,20 +259,18 @@ def test_an_export_for_jetpack_5_1_is_exact_checks_against_8_5_and_builds_with_t
 
     built = run_build(BuildRequest(onnx=str(fp32), precision="fp32", target="tensorrt-rtx", out=str(tmp_path / "p"),
                                    evaluate=False))
-    assert built.record["profile"]["name"] == "jetpack-5.1" and built.record["engine"]["flags"]["strongly_typed"]
+    assert built.record.profile == "jetpack-5.1" and built.record.to_json()["engine"]["flags"]["strongly_typed"]
 
 
 def test_an_export_on_a_jetson_takes_its_tensorrts_profile(monkeypatch, tmp_path):
     """On a Jetson the installed TensorRT decides the export's profile too; a flag naming another is refused."""
-    import mlit_edge.devices.trt_env as trt_env
     from mlit_edge.export.requests import ExportRequest
     from mlit_edge.export.resolve import resolve_plan
     from mlit_edge.export.source import Source
-    from mlit_edge.artifacts.schema import ArtifactRecord
 
-    source = Source(ArtifactRecord.of({"model": {"size": "xxs"}}))
+    source = Source(ArtifactRecord.from_json({"model": {"size": "xxs"}}))
     assert resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx")), source).device.name == DEFAULT  # a workstation
-    monkeypatch.setattr(trt_env, "jetson_tensorrt", lambda: "8.6.2.3")
+    monkeypatch.setattr("mlit_edge.export.resolve.jetson_tensorrt", lambda: "8.6.2.3")  # where resolve reads it
     plan = resolve_plan(ExportRequest(out=str(tmp_path / "m.onnx")), source)
     assert plan.device.name == "jetpack-6.0" and plan.opset == 17
     with pytest.raises(ValueError, match="this machine's TensorRT is 8.6.2.3"):

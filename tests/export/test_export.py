@@ -28,6 +28,7 @@ from mlit_edge.runtime.runners import OnnxRuntimeRunner
 from mlit_edge.export.static import to_deploy  # noqa: E402
 from mlit_edge.export.torch_runner import TorchRunner  # noqa: E402
 from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
+from tests.helpers import run_cli  # noqa: E402
 
 
 # each real size exports for 7-40 s (per worker that needs it), so its users are all `slow`; the fast
@@ -195,8 +196,7 @@ def test_torch_runner_and_ort_runner_share_the_interface(trained):
     (["export", "--size", "xxl"], "valid sizes"),
 ])
 def test_export_and_check_bad_input(tmp_path, args, message):
-    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+    proc = run_cli(*args, cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert message in proc.stderr.strip().splitlines()[-1]
     assert list(tmp_path.iterdir()) == []  # nothing half-written
@@ -204,8 +204,7 @@ def test_export_and_check_bad_input(tmp_path, args, message):
 
 def test_check_refuses_a_non_onnx_file(tmp_path):
     (tmp_path / "x.onnx").write_bytes(b"\x00garbage")
-    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "check", str(tmp_path / "x.onnx")],
-                          capture_output=True, text=True)
+    proc = run_cli("check", tmp_path / "x.onnx", check=False)
     assert proc.returncode != 0 and "is not a loadable ONNX model" in proc.stderr
 
 
@@ -215,8 +214,7 @@ def test_export_refuses_checkpoint_of_another_size(tmp_path):
     model = new_model("xxs", num_classes=10)
     meta = {"name": "mnist5k", "classes": [str(i) for i in range(10)], "mean": [0.1] * 3, "std": [0.3] * 3}
     save_atomic(make_checkpoint("mlit", model, model.cfg, "xxs", meta), tmp_path / "c.pt")
-    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "export", "--checkpoint", str(tmp_path / "c.pt"),
-                           "--size", "s", "--out", str(tmp_path / "m.onnx")], capture_output=True, text=True)
+    proc = run_cli("export", "--checkpoint", tmp_path / "c.pt", "--size", "s", "--out", tmp_path / "m.onnx", check=False)
     assert proc.returncode != 0 and "not S" in proc.stderr and not (tmp_path / "m.onnx").exists()
 
 

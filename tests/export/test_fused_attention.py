@@ -15,7 +15,7 @@ from mlit_edge.model.mlit import MLiT  # noqa: E402
 from mlit_edge.base.routing import routing_agreement  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
-from tests.helpers import cli  # noqa: E402
+from tests.helpers import run_cli  # noqa: E402
 
 
 def _info(cfg) -> dict:
@@ -95,13 +95,13 @@ def test_tensorrt_refuses_the_fused_graph_in_one_line(tiny_cfg, tmp_path):
     bare = tmp_path / "bare.onnx"
     bare.write_bytes(path.read_bytes())
     for target in (path, bare):
-        proc = cli("check", target, check=False)
+        proc = run_cli("check", target, check=False)
         fails = [line for line in proc.stdout.splitlines() if "FAIL" in line]
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert any("ONNX Runtime's own ops (Attention (opset 23) x3)" in line for line in fails), proc.stdout
         assert "[TRT]" not in proc.stdout + proc.stderr  # no parse of a graph TensorRT cannot take
-        proc = cli("build", "--onnx", target, "--precision", "fp32", "--target", "tensorrt-rtx", "--out",
-                   tmp_path / "trt", check=False)
+        proc = run_cli("build", "--onnx", target, "--precision", "fp32", "--target", "tensorrt-rtx", "--out",
+                       tmp_path / "trt", check=False)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert ("made for onnxruntime" if target == path else "ONNX Runtime's own ops") in lines[0]

@@ -232,7 +232,7 @@ def test_fp16_keeps_the_decomposed_layernorm_in_fp32(tmp_path):
     write_sidecar(src, {**user_fields(record), "opset": 17, "parser_rewrite": report})
     converted = to_fp16(src, tmp_path / "m17_fp16.onnx")
     island = layernorm_island(rewritten)
-    assert len(island) == 9 * 19 and converted.record["fp32_nodes"]["layernorm_island"] == len(island)
+    assert len(island) == 9 * 19 and converted.info["fp32_nodes"]["layernorm_island"] == len(island)
 
     fp16 = onnx.shape_inference.infer_shapes(converted.proto)
     types = {v.name: v.type.tensor_type.elem_type for v in [*fp16.graph.value_info, *fp16.graph.input,

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from mlit_edge.export.raw_input import fold_normalisation
-from mlit_edge.artifacts.input_convention import NORMALISED, PIXELS, convention_of, from_normalised
+from mlit_edge.artifacts.input_convention import NORMALISED, PIXELS, from_normalised
+from mlit_edge.artifacts.schema import recorded
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
 from mlit_edge.artifacts.schema import SidecarError
 from mlit_edge.artifacts.sidecar import read_sidecar
-from tests.helpers import cli, export_tiny, refused_everywhere, resigned_copy
+from tests.helpers import export_tiny, refused_everywhere, resigned_copy, run_cli
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
@@ -67,7 +68,7 @@ def test_the_pixels_graph_matches_the_normalised_one_on_real_images_with_the_sam
     assert np.array_equal(again, got)  # the normalised images come back as their exact pixels
     rec = read_sidecar(pixels)
     assert rec["input"]["convention"] == PIXELS and rec["input"]["range"] == [0.0, 255.0]
-    assert convention_of(read_sidecar(normalised)) == NORMALISED
+    assert recorded(normalised).input_convention == NORMALISED
     assert rec["parity"]["max_abs_err"] < 1e-5  # the export's own check against PyTorch fed the same pixels
 
 
@@ -114,7 +115,7 @@ def test_predict_gives_the_same_classes_under_both_conventions(both, tmp_path):
         assert b.preprocess(files).max() > 1.5  # pixels, not normalised values
     assert [p.class_id for p in pa] == [p.class_id for p in pb]
     assert max(abs(p.prob - q.prob) for p, q in zip(pa, pb)) < 1e-5
-    out = cli("predict", *files, "--model", both[1]).stdout
+    out = run_cli("predict", *files, "--model", both[1]).stdout
     assert out.count("\n") == len(files) and all(f"{f}:" in out for f in files)
 
 
@@ -134,7 +135,7 @@ def test_a_sidecar_that_contradicts_its_graph_is_refused_everywhere(both, tmp_pa
 
 def test_bench_feeds_each_convention_its_own_input(both, tmp_path):
     out = tmp_path / "bench.json"
-    cli("bench", *both, "--iterations", "2", "--batch", "1", "--limit", "64", "--in-process", "--json", out)
+    run_cli("bench", *both, "--iterations", "2", "--batch", "1", "--limit", "64", "--in-process", "--json", out)
     rows = json.loads(out.read_text())["artifacts"]
     a, b = (r["accuracy"] for r in rows)
     assert a["images"] == b["images"] == 64 and a["top1"] == b["top1"]
@@ -152,10 +153,10 @@ def test_from_normalised_inverts_the_normalisation():
 
 
 def test_raw_input_with_a_given_onnx_is_refused_in_one_line(both):
-    r = cli("build", "--onnx", both[0], "--raw-input", "--target", "onnxruntime", check=False)
+    r = run_cli("build", "--onnx", both[0], "--raw-input", "--target", "onnxruntime", check=False)
     assert r.returncode != 0 and "--raw-input shapes an export from a checkpoint" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
-    r = cli("build", "--raw-input", "--frontend", "torch-tensorrt", "--random-weights", check=False)
+    r = run_cli("build", "--raw-input", "--frontend", "torch-tensorrt", "--random-weights", check=False)
     assert r.returncode != 0 and "--frontend onnx" in r.stderr
 
 

@@ -35,7 +35,7 @@ def test_export_and_build_read_each_file_once(trained_checkpoint, tmp_path):
     with count_work() as build:
         result = run_build(BuildRequest(checkpoint=str(ckpt), precision="int8", target="onnxruntime",
                                         out=str(tmp_path / "b"), calib_n=128))
-    fp32 = result.record["source_onnx"]
+    fp32 = result.record.source_onnx
     assert fp32.endswith("-fp32-ort.onnx")
     assert _counts(build, fp32) == {"hashed": 1, "sidecar read": 0, "parsed": 1, "test split decoded": 1,
                                     "train split decoded": 1}, build

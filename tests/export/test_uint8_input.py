@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from mlit_edge.export.uint8_input import CAST_NAME, take_uint8
-from mlit_edge.artifacts.input_convention import NORMALISED, PIXELS, UINT8, dtype_of, input_record
+from mlit_edge.artifacts.input_convention import NORMALISED, PIXELS, UINT8, input_record
+from mlit_edge.artifacts.schema import recorded
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all
 from mlit_edge.artifacts.schema import SidecarError
 from mlit_edge.artifacts.sidecar import read_sidecar
-from tests.helpers import cli, export_tiny, refused_everywhere, resigned_copy
+from tests.helpers import export_tiny, refused_everywhere, resigned_copy, run_cli
 
 MNIST = ([0.1307] * 3, [0.3081] * 3)
 
@@ -53,7 +54,8 @@ def test_the_uint8_graph_is_the_float_graph_behind_one_cast_and_computes_the_sam
     assert np.array_equal(got, want) and all(np.array_equal(p, q) for p, q in zip(got_routes, want_routes))
     assert np.array_equal(again, got)
     rec = read_sidecar(u8)
-    assert rec["input"]["dtype"] == UINT8 and rec["input"]["convention"] == PIXELS and dtype_of(read_sidecar(f32)) == "float32"
+    assert rec["input"]["dtype"] == UINT8 and rec["input"]["convention"] == PIXELS
+    assert recorded(f32).input_dtype == "float32"
     assert rec["parity"]["max_abs_err"] < 1e-5  # the export's check fed it whole pixels, PyTorch their normalised form
 
 
@@ -81,7 +83,7 @@ def test_uint8_is_for_pixels_only_in_the_record_the_request_and_the_cli():
     with pytest.raises(SidecarError, match="input.dtype"):
         check_record({"input": forged}, "m.onnx")
     check_input_field(input_record(PIXELS, *MNIST, dtype=UINT8), lambda *a: AssertionError(a))
-    r = cli("export", "--random-weights", "--size", "xxs", "--input-dtype", "uint8", check=False)
+    r = run_cli("export", "--random-weights", "--size", "xxs", "--input-dtype", "uint8", check=False)
     assert r.returncode != 0 and "add --raw-input" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -117,7 +119,7 @@ def test_bench_times_and_measures_a_uint8_graph_with_and_without_data(pair, tmp_
     from mlit_edge.bench.one_artifact import random_batch
 
     out = tmp_path / "bench.json"
-    cli("bench", *pair, "--iterations", "2", "--batch", "1", "--limit", "64", "--in-process", "--json", out)
+    run_cli("bench", *pair, "--iterations", "2", "--batch", "1", "--limit", "64", "--in-process", "--json", out)
     a, b = (r["accuracy"] for r in json.loads(out.read_text())["artifacts"])
     assert a["images"] == b["images"] == 64 and a["top1"] == b["top1"]
     with OnnxRuntimeRunner(pair[1]) as run:

@@ -16,7 +16,7 @@ from mlit_edge.artifacts.input_convention import PIXELS, model_input
 from mlit_edge.stacks.nvinfer_rules import ModelFacts, check_nvinfer
 from mlit_edge.artifacts.preprocess import resize_images
 from mlit_edge.artifacts.sidecar import read_sidecar, write_sidecar
-from tests.helpers import cli, export_tiny, glib_keyfile, resigned_copy
+from tests.helpers import run_cli, export_tiny, glib_keyfile, resigned_copy
 
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -56,7 +56,7 @@ def _facts(folder: Path, model: str, classes: int = 10) -> ModelFacts:
 
 
 def test_the_files_parse_with_glib_and_say_what_the_artifact_is(tiny_onnx, tmp_path):
-    out = Path(cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds").stdout.strip())
+    out = Path(run_cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds").stdout.strip())
     prop = glib_keyfile(out / CONFIG)["property"]
     assert prop["network-type"]["int"] == 1 and prop["process-mode"]["int"] == 1
     assert prop["network-mode"]["int"] == 0 and prop["model-color-format"]["int"] == 0  # fp32, RGB
@@ -81,7 +81,7 @@ def test_the_files_parse_with_glib_and_say_what_the_artifact_is(tiny_onnx, tmp_p
     assert app["source0"]["type"]["int"] == 3 and app["source0"]["uri"]["value"].startswith("file://")
     assert app["primary-gie"]["batch-size"]["int"] == app["streammux"]["batch-size"]["int"] == 1
     assert check_nvinfer(out / CONFIG, _facts(out, model)) == [] and check_app(out / APP, out / CONFIG) == []
-    again = cli("export-deepstream", tiny_onnx, "--out", out, check=False)
+    again = run_cli("export-deepstream", tiny_onnx, "--out", out, check=False)
     assert again.returncode == 1 and "already exists" in again.stderr
 
 
@@ -120,8 +120,8 @@ def test_a_probe_graph_copy_keeps_one_output(tmp_path):
 
 
 def test_batch_and_threshold_reach_every_group_and_bad_values_are_one_line(tiny_onnx, tmp_path):
-    out = Path(cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds", "--batch", "4", "--threshold", "0.5",
-                   "--uri", "file:///clips/50%.mp4").stdout.strip())
+    out = Path(run_cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds", "--batch", "4", "--threshold", "0.5",
+                       "--uri", "file:///clips/50%.mp4").stdout.strip())
     prop, app = glib_keyfile(out / CONFIG)["property"], glib_keyfile(out / APP)
     assert prop["batch-size"]["int"] == app["streammux"]["batch-size"]["int"] == 4
     assert app["primary-gie"]["batch-size"]["int"] == app["source0"]["num-sources"]["int"] == 4
@@ -131,7 +131,7 @@ def test_batch_and_threshold_reach_every_group_and_bad_values_are_one_line(tiny_
     for args, words in [(["--threshold", "1.5"], "a probability from 0 to 1"), (["--threshold", "-1e9"], "from 0"),
                         (["--threshold", "nan"], "from 0 to 1"), (["--batch", "0"], "1 to 1024"),
                         (["--batch", "1025"], "NVDSINFER_MAX_BATCH_SIZE")]:
-        r = cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", *args, check=False)
+        r = run_cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", *args, check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "bad").exists()
 
@@ -149,7 +149,7 @@ def test_a_fixed_batch_graph_is_refused_unless_nvinfer_can_build_it(tmp_path):
     assert write_deepstream(tmp_path / "b1" / "m.onnx", tmp_path / "ds1").is_dir()
     for args, words in [([], "batch-size=1: the graph's batch is fixed at 2"),
                         (["--batch", "2"], "createDynamicParams")]:
-        r = cli("export-deepstream", tmp_path / "b2" / "m.onnx", "--out", tmp_path / "ds2", *args, check=False)
+        r = run_cli("export-deepstream", tmp_path / "b2" / "m.onnx", "--out", tmp_path / "ds2", *args, check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -177,7 +177,7 @@ def test_nvinfer_preprocessing_reproduces_the_runtime_input_to_1e_6(convention, 
 def test_a_per_channel_std_is_refused_with_the_raw_input_export_that_fixes_it(tiny_onnx, tmp_path):
     art = resigned_copy(tiny_onnx, tmp_path / "a" / "m.onnx",
                         preprocess={"size": 36, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]})
-    r = cli("export-deepstream", art, "--out", tmp_path / "ds", check=False)
+    r = run_cli("export-deepstream", art, "--out", tmp_path / "ds", check=False)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
     assert "one net-scale-factor" in r.stderr and "--raw-input" in r.stderr and "0.229, 0.224, 0.225" in r.stderr
     assert not (tmp_path / "ds").exists()
@@ -186,7 +186,7 @@ def test_a_per_channel_std_is_refused_with_the_raw_input_export_that_fixes_it(ti
 def test_a_uint8_graph_is_refused_with_the_float32_export(tmp_path):
     (tmp_path / "u8").mkdir()
     art = export_tiny(tmp_path / "u8" / "mlit-tiny-fp32.onnx", convention=PIXELS, input_dtype="uint8")
-    r = cli("export-deepstream", art, "--out", tmp_path / "ds", check=False)
+    r = run_cli("export-deepstream", art, "--out", tmp_path / "ds", check=False)
     assert r.returncode == 1 and "nvinfer feeds float32" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "ds").exists()
 
@@ -231,19 +231,19 @@ def test_plans_deepstream_cannot_load_or_read_are_refused_in_one_line(tiny_onnx,
              (plan(tmp_path / "half", outputs=(("probabilities", "half"),)), ["probabilities (float16)", "cannot be"]),
              (plan(tmp_path / "two", outputs=(("probabilities", "float"), ("experts_0", "int32"))), ["experts_0"])]
     for art, words in cases:
-        r = cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
+        r = run_cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
         assert r.returncode == 1 and all(w in r.stderr for w in words), (art, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
-    r = cli("export-deepstream", plan(tmp_path / "ok"), "--out", tmp_path / "out", "--batch", "32", check=False)
+    r = run_cli("export-deepstream", plan(tmp_path / "ok"), "--out", tmp_path / "out", "--batch", "32", check=False)
     assert r.returncode == 1 and "profile is 1 to 16" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = cli("export-triton", cases[0][0], "--repo", tmp_path / "repo", check=False)  # the check both exports share
+    r = run_cli("export-triton", cases[0][0], "--repo", tmp_path / "repo", check=False)  # the check both exports share
     assert r.returncode == 1 and "TensorRT-RTX plan" in r.stderr and build in r.stderr
     for fields, words in [({"classes": ["a;b"] + [str(i) for i in range(9)]}, "holds ';'"),
                           ({"runtime": "onnxruntime"}, "onnxruntime"),
                           ({"classes": [str(i) for i in range(11)]}, "classes lists 11 names, but the model"),
                           ({"input": {"name": "pixels", "convention": "pixels"}}, "does not belong to this graph")]:
         art = resigned_copy(tiny_onnx, tmp_path / words[:4].strip() / "m.onnx", **fields)
-        r = cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
+        r = run_cli("export-deepstream", art, "--out", tmp_path / "out", check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "out").exists()
 
@@ -275,9 +275,9 @@ def test_secondary_mode_classifies_the_detectors_objects_and_every_file_passes(p
 
 
 def test_secondary_options_reach_both_files_and_bad_ones_are_one_line(tiny_onnx, tmp_path):
-    out = Path(cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds", "--secondary", "--operate-on-gie-id", "3",
-                   "--operate-on-class-ids", "2,0", "--no-async", "--primary-config", "detector/pgie.txt",
-                   "--secondary-batch", "8", "--batch", "2").stdout.strip())
+    out = Path(run_cli("export-deepstream", tiny_onnx, "--out", tmp_path / "ds", "--secondary", "--operate-on-gie-id",
+                       "3", "--operate-on-class-ids", "2,0", "--no-async", "--primary-config", "detector/pgie.txt",
+                       "--secondary-batch", "8", "--batch", "2").stdout.strip())
     prop, app = glib_keyfile(out / CONFIG)["property"], glib_keyfile(out / APP)
     assert prop["gie-unique-id"]["int"] == 4 and prop["operate-on-gie-id"]["int"] == 3  # the detector's + 1
     assert prop["classifier-async-mode"]["value"] == "0" and "tracker" not in app  # sync: untracked objects too
@@ -291,8 +291,8 @@ def test_secondary_options_reach_both_files_and_bad_ones_are_one_line(tiny_onnx,
                         (["--min-object-size", "8x64"], "under 16x16"), (["--min-object-size", "64"], "WIDTHxHEIGHT"),
                         (["--secondary-batch", "0"], "1 to 1024"),
                         (["--primary-config", " p.txt"], "ends with a space")]:
-        r = cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--secondary", *args, check=False)
+        r = run_cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--secondary", *args, check=False)
         assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "bad").exists()
-    r = cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--operate-on-gie-id", "2", check=False)
+    r = run_cli("export-deepstream", tiny_onnx, "--out", tmp_path / "bad", "--operate-on-gie-id", "2", check=False)
     assert r.returncode == 1 and "--operate-on-gie-id: only with --secondary" in r.stderr

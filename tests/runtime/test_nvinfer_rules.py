@@ -11,6 +11,7 @@ import pytest
 from mlit_edge.stacks.glib_keyfile import READERS, KeyFileError, parse_keyfile
 from mlit_edge.stacks.deepstream_app_rules import app_group, check_app
 from mlit_edge.stacks.nvinfer_rules import ModelFacts, check_nvinfer, engine_cache_name
+from mlit_edge.artifacts.schema import ArtifactRecord
 from mlit_edge.devices.plan_consumer import check_plan_consumer
 from tests.helpers import python_with_gi
 
@@ -321,10 +322,11 @@ def test_a_secondary_gie_is_held_to_deepstream_apps_gie_rules(tmp_path):
     assert app_group("secondary-preprocess0") is None and app_group("source1") == "source"
 
 
-def _plan_record(**engine) -> dict:
-    return {"precision": "fp16", "source_onnx": "m-fp16.onnx", "target": engine.pop("target", "tensorrt"),
-            "engine": {"builder": {"module": engine.pop("builder", "tensorrt"), "version": "10.3.0"},
-                       "device": engine}}
+def _plan_record(**engine) -> ArtifactRecord:
+    return ArtifactRecord.from_json({"precision": "fp16", "source_onnx": "m-fp16.onnx",
+                                     "target": engine.pop("target", "tensorrt"),
+                                     "engine": {"builder": {"module": engine.pop("builder", "tensorrt"),
+                                                            "version": "10.3.0"}, "device": engine}})
 
 
 def test_plans_the_consumer_cannot_load_are_refused_with_the_build_to_run_on_the_device():

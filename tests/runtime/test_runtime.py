@@ -17,7 +17,7 @@ from mlit_edge.engine.plan import write_plan  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner, predict_all  # noqa: E402
 from mlit_edge.runtime import Classifier, InputError  # noqa: E402
 from mlit_edge.artifacts.sidecar import sidecar_path  # noqa: E402
-from tests.helpers import ENV, NO_TORCH  # noqa: E402
+from tests.helpers import ENV, NO_TORCH, run_cli  # noqa: E402
 
 # every test here runs the trained model (tests/conftest.py), whose training is most of the fast subset's budget
 pytestmark = pytest.mark.slow
@@ -190,8 +190,7 @@ def test_predict_cli_reports_bad_files_and_classifies_the_rest(model_onnx, tmp_p
     good = png(tmp_path / "ok.png", mnist5k_raw("test")[0][3])
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    proc = subprocess.run([sys.executable, "-m", "mlit_edge.cli", "predict", str(good), str(bad), "--model",
-                           str(model_onnx), "--json", "--top-k", "2"], capture_output=True, text=True, env=ENV)
+    proc = run_cli("predict", good, bad, "--model", model_onnx, "--json", "--top-k", "2", check=False)
     assert proc.returncode == 2, proc.stderr
     out = json.loads(proc.stdout)
     assert len(out) == 2, out

@@ -126,6 +126,8 @@ def test_sigint_mid_stream_leaves_whole_lines_and_a_playable_video(model, tmp_pa
 
 
 def test_bad_sources_are_one_line(model, tmp_path):
+    """In a process of its own: OpenCV and FFmpeg write their own warnings to the process's stderr, which
+    the command silences; in this process they would go past the one line checked."""
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "fake.mp4").write_bytes(b"\x00" * 4096)
     for source, words in [(tmp_path / "missing.mp4", "does not exist"), (tmp_path / "notes.txt", "not a video file"),

@@ -11,7 +11,7 @@ text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.stacks.triton_config import PARAMETER  # noqa: E402
-from tests.helpers import cli, tiny_model, fake_plan, model_config_pb2  # noqa: E402
+from tests.helpers import run_cli, tiny_model, fake_plan, model_config_pb2  # noqa: E402
 
 
 def parse(folder: Path):
@@ -25,7 +25,7 @@ def tiny(tiny_onnx) -> Path:
 
 
 def test_onnx_artifact_becomes_a_dynamic_batch_onnxruntime_model(tiny, tmp_path):
-    folder = Path(cli("export-triton", tiny, "--repo", tmp_path / "repo").stdout.strip())
+    folder = Path(run_cli("export-triton", tiny, "--repo", tmp_path / "repo").stdout.strip())
     assert folder == tmp_path / "repo" / "mlit-tiny-fp32"
     cfg, pb2 = parse(folder)
     record = read_sidecar(tiny)
@@ -45,7 +45,7 @@ def test_static_batch_has_max_batch_zero_and_full_dims(tmp_path):
     static = tmp_path / "mlit-tiny-b4-fp32.onnx"
     _, info = load_for_export(None, "xxs", 10, random_weights=True)
     export_onnx(tiny_model(), static, info, batch=4)
-    cfg, pb2 = parse(Path(cli("export-triton", static, "--repo", tmp_path / "repo", "--name", "b4").stdout.strip()))
+    cfg, pb2 = parse(Path(run_cli("export-triton", static, "--repo", tmp_path / "repo", "--name", "b4").stdout.strip()))
     assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
     assert list(cfg.input[0].dims) == [4, 3, 36, 36] and list(cfg.output[0].dims) == [4, 10]
     # no FORMAT_NCHW on 4 dims: Triton refuses an image format without 3 ("model input NHWC/NCHW require 3 dims",
@@ -62,8 +62,8 @@ def test_plan_becomes_a_tensorrt_model_with_its_profile_as_max_batch(tiny, tmp_p
     install(monkeypatch, "jetpack-6.2")
     plan = run_build(BuildRequest(onnx=str(tiny), precision="fp32", target="tensorrt", out=str(tmp_path / "out"),
                                   dynamic_batch=(1, 4, 16))).artifact
-    monkeypatch.undo()  # export-triton runs as a workstation would, in its own process
-    cfg, pb2 = parse(Path(cli("export-triton", plan, "--repo", tmp_path / "repo").stdout.strip()))
+    monkeypatch.undo()  # export-triton runs as a workstation would, without the stand-ins
+    cfg, pb2 = parse(Path(run_cli("export-triton", plan, "--repo", tmp_path / "repo").stdout.strip()))
     io = read_sidecar(plan)["engine"]["io"]
     assert cfg.platform == "tensorrt_plan" and cfg.max_batch_size == 16 and cfg.HasField("dynamic_batching")
     assert [(i.name, list(i.dims)) for i in cfg.input] == [(t["name"], t["shape"][1:]) for t in io["inputs"]]
@@ -73,15 +73,15 @@ def test_plan_becomes_a_tensorrt_model_with_its_profile_as_max_batch(tiny, tmp_p
 
 def test_refusals_are_one_line(tiny, tmp_path):
     repo = tmp_path / "repo"
-    cli("export-triton", tiny, "--repo", repo)
-    again = cli("export-triton", tiny, "--repo", repo, check=False)
+    run_cli("export-triton", tiny, "--repo", repo)
+    again = run_cli("export-triton", tiny, "--repo", repo, check=False)
     assert again.returncode != 0 and "already exists" in again.stderr and len(again.stderr.strip().splitlines()) == 1
-    bad = cli("export-triton", tiny, "--repo", repo, "--name", "a/b", check=False)
+    bad = run_cli("export-triton", tiny, "--repo", repo, "--name", "a/b", check=False)
     assert bad.returncode != 0 and "Triton's model names" in bad.stderr
     changed = tmp_path / "changed.onnx"
     changed.write_bytes(tiny.read_bytes() + b"x")
     (tmp_path / "changed.onnx.json").write_text((tiny.parent / "mlit-tiny-fp32.onnx.json").read_text())
-    refused = cli("export-triton", changed, "--repo", repo, check=False)
+    refused = run_cli("export-triton", changed, "--repo", repo, check=False)
     assert refused.returncode != 0 and "does not match its sidecar" in refused.stderr
     assert sorted(p.name for p in repo.iterdir()) == ["mlit-tiny-fp32"]  # nothing half-written
 
@@ -125,7 +125,7 @@ def plan_io(inputs="images", output="logits", in_shape=(-1, 3, 36, 36), out_shap
 def test_hostile_tensor_names_are_escaped_and_parse_back_as_one_input(kind, tmp_path):
     """A name holding '"' and '}' used to add an input and a parameters block that Triton's parser accepts."""
     art = (named_onnx(tmp_path, INJECTED, ODD) if kind == "onnx" else fake_plan(tmp_path, plan_io(INJECTED, ODD)))
-    cfg, pb2 = parse(Path(cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip()))
+    cfg, pb2 = parse(Path(run_cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip()))
     assert [i.name for i in cfg.input] == [INJECTED] and [o.name for o in cfg.output] == [ODD]
     # the one parameter is ours (what the input takes): the injected block would have added another
     assert list(cfg.parameters) == [PARAMETER] and cfg.parameters[PARAMETER].string_value.startswith("normalised:")
@@ -135,7 +135,7 @@ def test_hostile_tensor_names_are_escaped_and_parse_back_as_one_input(kind, tmp_
 
 def refused(args, tmp_path, words: str) -> None:
     repo = tmp_path / "repo"
-    proc = cli("export-triton", *args, "--repo", repo, check=False)
+    proc = run_cli("export-triton", *args, "--repo", repo, check=False)
     assert proc.returncode == 1 and words in proc.stderr, proc.stderr[-1500:]
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not repo.exists() or not list(repo.iterdir())  # no model folder, no staging left
@@ -209,7 +209,7 @@ def test_a_planted_staging_link_or_folder_is_never_followed_nor_deleted(tiny, tm
     (repo / ".b.partial").mkdir()
     (repo / ".b.partial" / "someone.txt").write_text("keep too")
     for name in ("a", "b"):
-        folder = Path(cli("export-triton", tiny, "--repo", repo, "--name", name).stdout.strip())
+        folder = Path(run_cli("export-triton", tiny, "--repo", repo, "--name", name).stdout.strip())
         assert folder == repo / name and folder.is_dir() and not folder.is_symlink()
         assert (folder / "1" / "model.onnx").read_bytes() == tiny.read_bytes() and parse(folder)[0].name == name
     assert sorted(p.name for p in elsewhere.iterdir()) == ["theirs.txt"]
@@ -217,7 +217,7 @@ def test_a_planted_staging_link_or_folder_is_never_followed_nor_deleted(tiny, tm
     assert (repo / ".a.partial").is_symlink() and (repo / ".b.partial" / "someone.txt").read_text() == "keep too"
     assert sorted(p.name for p in repo.iterdir()) == [".a.partial", ".b.partial", "a", "b"]  # no staging left
     (repo / "c").symlink_to(tmp_path / "nowhere")  # a dangling link where the model folder goes
-    proc = cli("export-triton", tiny, "--repo", repo, "--name", "c", check=False)
+    proc = run_cli("export-triton", tiny, "--repo", repo, "--name", "c", check=False)
     assert proc.returncode == 1 and "already exists" in proc.stderr and not (tmp_path / "nowhere").exists()
 
 
@@ -260,7 +260,7 @@ def test_an_onnx_with_external_data_is_published_with_its_data_file(tmp_path):
     from onnx import numpy_helper
 
     art = external_onnx(tmp_path)
-    folder = Path(cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip())
+    folder = Path(run_cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip())
     assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.onnx", "x.data"] and not (folder / "x.data").exists()
     weight = numpy_helper.to_array(onnx.load(str(folder / "1" / "model.onnx")).graph.initializer[0])
     assert weight.shape == (3 * 36 * 36, 10) and not np.any(weight)
@@ -290,14 +290,14 @@ def test_an_ort_artifact_warns_which_onnxruntime_triton_must_ship_and_a_portable
     write_sidecar(art, {**json.loads(Path(f"{art}.json").read_text()), "runtime": "onnxruntime",
                         "onnxruntime": {"session": {}, "requires": "1.23"}})
     # made for ONNX Runtime's own kernels: not for the GPU default's TensorRT accelerator (test_triton_gpu.py)
-    gpu = cli("export-triton", art, "--repo", tmp_path / "repo", check=False)
+    gpu = run_cli("export-triton", art, "--repo", tmp_path / "repo", check=False)
     assert gpu.returncode == 1 and "pass --kind cpu" in gpu.stderr and len(gpu.stderr.strip().splitlines()) == 1
-    proc = cli("export-triton", art, "--repo", tmp_path / "repo", "--kind", "cpu")
+    proc = run_cli("export-triton", art, "--repo", tmp_path / "repo", "--kind", "cpu")
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "ONNX Runtime 1.23" in lines[0] and lines[0].startswith("warning:")
     assert "check that your Triton release's ONNX Runtime backend is >= 1.23" in lines[0]
     folder = Path(proc.stdout.strip())
     assert "# this model needs ONNX Runtime 1.23" in (folder / "config.pbtxt").read_text()
     assert parse(folder)[0].name == "named" and list(parse(folder)[0].parameters) == [PARAMETER]
-    portable = cli("export-triton", tiny, "--repo", tmp_path / "repo")
+    portable = run_cli("export-triton", tiny, "--repo", tmp_path / "repo")
     assert "warning" not in portable.stderr and "#" not in (Path(portable.stdout.strip()) / "config.pbtxt").read_text()

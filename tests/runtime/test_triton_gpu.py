@@ -17,7 +17,7 @@ text_format = pytest.importorskip("google.protobuf.text_format")
 from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.stacks.triton_config import Tensor  # noqa: E402
 from mlit_edge.stacks.triton_rules import check_config  # noqa: E402
-from tests.helpers import cli, export_tiny, fake_plan, model_config_pb2  # noqa: E402
+from tests.helpers import run_cli, export_tiny, fake_plan, model_config_pb2  # noqa: E402
 
 
 PB2 = model_config_pb2()
@@ -25,13 +25,13 @@ PB2 = model_config_pb2()
 
 def exported(art: Path, repo: Path, *more: str):
     """`export-triton ART --repo REPO MORE...`, its config.pbtxt parsed by Triton's ModelConfig."""
-    folder = Path(cli("export-triton", art, "--repo", repo, *more).stdout.strip())
+    folder = Path(run_cli("export-triton", art, "--repo", repo, *more).stdout.strip())
     return text_format.Parse((folder / "config.pbtxt").read_text(), PB2.ModelConfig())
 
 
 def refused(args: list, repo: Path, *words: str) -> None:
     """`export-triton ARGS --repo REPO` exits 1 with one line holding each of `words`, and writes no model folder."""
-    proc = cli("export-triton", *args, "--repo", repo, check=False)
+    proc = run_cli("export-triton", *args, "--repo", repo, check=False)
     assert proc.returncode == 1 and all(w in proc.stderr for w in words), proc.stderr[-1500:]
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not repo.exists() or not [p for p in repo.iterdir() if not p.name.startswith(".")]

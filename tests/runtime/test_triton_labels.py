@@ -10,7 +10,7 @@ pytest.importorskip("tritonclient")
 text_format = pytest.importorskip("google.protobuf.text_format")
 
 from mlit_edge.artifacts.sidecar import read_sidecar, write_sidecar  # noqa: E402
-from tests.helpers import cli, model_config_pb2  # noqa: E402
+from tests.helpers import run_cli, model_config_pb2  # noqa: E402
 
 
 def _parse(folder: Path):
@@ -31,7 +31,7 @@ def test_labels_file_is_the_classes_in_order_and_the_logits_name_it(tiny_onnx, t
     names = ["zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf"][:len(
         read_sidecar(tiny_onnx)["classes"])]
     art = _with_classes(tiny_onnx, tmp_path, names)
-    folder = Path(cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip())
+    folder = Path(run_cli("export-triton", art, "--repo", tmp_path / "repo").stdout.strip())
     cfg = _parse(folder)
     logits = [o for o in cfg.output if o.name == "logits"]
     assert len(logits) == 1 and logits[0].label_filename == "labels.txt"
@@ -43,6 +43,6 @@ def test_labels_file_is_the_classes_in_order_and_the_logits_name_it(tiny_onnx, t
 def test_a_class_name_with_a_line_break_is_refused_and_nothing_is_written(tiny_onnx, tmp_path, bad):
     n = len(read_sidecar(tiny_onnx)["classes"])
     art = _with_classes(tiny_onnx, tmp_path, [bad] + [str(i) for i in range(1, n)])
-    proc = cli("export-triton", art, "--repo", tmp_path / "repo", check=False)
+    proc = run_cli("export-triton", art, "--repo", tmp_path / "repo", check=False)
     assert proc.returncode == 1 and "holds a line break" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())

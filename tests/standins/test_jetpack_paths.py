@@ -155,7 +155,7 @@ def test_a_dynamic_build_keeps_its_profile_and_runs_any_batch(monkeypatch, tmp_p
     want = _onnx_probs(fp16, images)
     install(monkeypatch, "jetpack-6.0")
     result = _build(tmp_path, fp16, precision="fp16")
-    assert result.record["engine"]["flags"]["profile"] == {"input": "images", "min": 1, "opt": 8, "max": 64}
+    assert result.record.batch_profile == {"input": "images", "min": 1, "opt": 8, "max": 64}
     from mlit_edge.runtime import Classifier
 
     with Classifier.load(result.artifact) as clf:
@@ -205,7 +205,7 @@ def test_dla_int8_sets_a_calibration_profile_and_feeds_the_bindings_own_bytes(ki
     onnx = graphs["jetpack-5.1" if kind == "float32" else "jetpack-5.1/uint8"]
     jp = install(monkeypatch, "jetpack-5.1")
     result = _build(tmp_path, onnx, precision="int8", batch=1, dla_core=0, calib_n=6)
-    flags = result.record["engine"]["flags"]
+    flags = result.record.to_json()["engine"]["flags"]
     assert flags["profile"]["min"] == flags["profile"]["max"] == 1
     assert flags["calibration_profile"] == {"input": onnx_input(onnx), "batch": 1}
     seen = jp.device.calibration
@@ -233,7 +233,7 @@ def test_a_dla_plan_runs_on_its_core_and_its_uncapturable_enqueue_falls_back(mon
     want = _onnx_probs(fp16, images)
     jp = install(monkeypatch, "jetpack-5.1")
     result = _build(tmp_path, fp16, precision="fp16", batch=1, dla_core=1)
-    assert result.record["engine"]["dla_core"] == 1
+    assert result.record.dla_core == 1
     from mlit_edge.runtime import Classifier
 
     with caplog.at_level(logging.WARNING):
@@ -306,7 +306,7 @@ def test_tensorrt_8_5_pins_the_heads_gemm_bias_that_its_parser_leaves_unnamed(mo
     result = _build(tmp_path, fp16, precision="fp16", batch=1)
     from mlit_edge.devices.trt_env import deserialize
 
-    engine = deserialize(result.artifact.read_bytes(), result.record.to_dict(), result.artifact)
+    engine = deserialize(result.artifact.read_bytes(), result.record, result.artifact)
     import tensorrt as trt
 
     layers = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
@@ -429,10 +429,8 @@ def test_serve_and_stream_run_a_plan_through_the_jetpack_5_1_stand_ins(monkeypat
 def test_dla_int8_without_torch_is_refused_in_one_line_before_any_build(monkeypatch, tmp_path, graphs):
     """Found while running the device paths: the calibration images are read through torch, which a Jetson's
     runtime install has none of; the build says so in one line instead of failing on the import."""
-    import mlit_edge.runtime.artifact as artifact
-
     jp = install(monkeypatch, "jetpack-5.1")
-    monkeypatch.setattr(artifact, "torch_available", lambda: False)
+    monkeypatch.setattr("mlit_edge.engine.build.torch_available", lambda: False)  # where the build asks
     with pytest.raises(RuntimeError, match="calibrates on the recipe's images, which are read through torch") as e:
         _build(tmp_path, graphs["jetpack-5.1"], precision="int8", batch=1, dla_core=0, calib_n=4)
     assert "\n" not in str(e.value) and not [x for x in jp.device.events if x.startswith("built")]
@@ -447,7 +445,7 @@ def test_an_int8_qdq_graph_builds_as_the_profile_builds_and_predicts(profile, mo
     want = _onnx_probs(qdq, images)
     install(monkeypatch, profile)
     result = _build(tmp_path, qdq, precision="int8", batch=2)
-    flags = result.record["engine"]["flags"]
+    flags = result.record.to_json()["engine"]["flags"]
     assert flags["strongly_typed"] == (profile == "jetpack-6.2")
     assert profile == "jetpack-6.2" or (flags["int8"] and flags["fp16"] and "calibrator" not in flags)
     from mlit_edge.runtime import Classifier
@@ -464,7 +462,7 @@ def test_a_uint8_input_plan_is_fed_pixels_as_uint8(monkeypatch, tmp_path, graphs
     want = _onnx_probs(onnx, images)
     install(monkeypatch, "jetpack-5.1")
     result = _build(tmp_path, onnx, precision="fp16", batch=1)
-    assert result.record["engine"]["io"]["inputs"][0]["dtype"] == "uint8"
+    assert result.record.engine_io["inputs"][0]["dtype"] == "uint8"
     from mlit_edge.runtime import Classifier
 
     with Classifier.load(result.artifact) as clf:

@@ -1,4 +1,5 @@
-"""End-to-end training runs through the CLI, in subprocesses, on tiny models."""
+"""End-to-end training runs through the CLI on tiny models: in subprocesses where processes are the point (torchrun,
+kill -9), in this process where a command's files, messages and exit status are."""
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from mlit_edge.train.data import Loader
-from tests.helpers import CLI, ENV, TINY, cli, synthetic_set, tiny_step_model
+from tests.helpers import CLI, ENV, TINY, cli, run_cli, synthetic_set, tiny_step_model
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -85,20 +86,20 @@ def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
 @pytest.mark.slow
 def test_pretrain_then_finetune_on_embedded_data(tmp_path):
     decoder = ["--set", "dec_dim=12", "--set", "dec_heads=2", "--set", "dec_groups=1", "--set", "dec_hidden=8"]
-    cli("pretrain", *TINY, *decoder, "--epochs", "2", "--batch-size", "200", "--lr", "2e-3", "--no-progress", "--out",
-        tmp_path / "pre", timeout=600)
+    run_cli("pretrain", *TINY, *decoder, "--epochs", "2", "--batch-size", "200", "--lr", "2e-3", "--no-progress",
+            "--out", tmp_path / "pre")
     rows = [json.loads(line) for line in (tmp_path / "pre" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["train"]["loss"] < rows[0]["train"]["loss"]
     assert (tmp_path / "pre" / "loss.png").stat().st_size > 0 and (tmp_path / "pre" / "experts.png").exists()
     assert (tmp_path / "pre" / "reconstruction.png").stat().st_size > 0  # MAE's figure, at each eval and the end
     assert len(rows[-1]["experts"]) == 3 + 2  # encoder and decoder MoE layers
     assert torch.load(tmp_path / "pre" / "checkpoint.pt", weights_only=True)["config"]["dec_dim"] == 12
-    proc = cli("finetune", "--from", tmp_path / "pre" / "checkpoint.pt", "--epochs", "1", "--batch-size", "200",
-               "--labels-per-class", "40", "--no-progress", "--out", tmp_path / "ft", timeout=600)  # few labels
+    proc = run_cli("finetune", "--from", tmp_path / "pre" / "checkpoint.pt", "--epochs", "1", "--batch-size", "200",
+                   "--labels-per-class", "40", "--no-progress", "--out", tmp_path / "ft")  # few labels
     assert "final test top-1" in proc.stdout
     ckpt = torch.load(tmp_path / "ft" / "checkpoint.pt", weights_only=True)
     assert ckpt["kind"] == "mlit" and ckpt["config"]["num_classes"] == 10 and ckpt["config"]["dim"] == 12
-    proc = cli("eval", "--checkpoint", tmp_path / "ft" / "checkpoint.pt", "--json")
+    proc = run_cli("eval", "--checkpoint", tmp_path / "ft" / "checkpoint.pt", "--json")
     result = json.loads(proc.stdout)
     assert result["images"] == 1000 and 0 <= result["top1"] <= 1 and len(result["experts"]) == 3
 
@@ -138,14 +139,14 @@ def test_bad_input_is_a_one_line_error(tmp_path, args, message):
 @pytest.mark.slow
 def test_existing_run_is_not_overwritten_and_wrong_resume_is_refused(tmp_path):
     run = tmp_path / "run"
-    cli("train", *TINY, "--epochs", "1", "--batch-size", "500", "--no-progress", "--out", run, timeout=600)
+    run_cli("train", *TINY, "--epochs", "1", "--batch-size", "500", "--no-progress", "--out", run)
     before = (run / "checkpoint.pt").read_bytes()
     assert torch.load(run / "checkpoint.pt", weights_only=True)["size"] == "xxs-custom"  # --set changed the model
-    proc = cli("train", *TINY, "--epochs", "1", "--out", run, check=False)
+    proc = run_cli("train", *TINY, "--epochs", "1", "--out", run, check=False)
     assert proc.returncode != 0 and "--resume" in proc.stderr
-    proc = cli("train", "--epochs", "1", "--out", run, "--resume", check=False)  # a different (real-size) model
+    proc = run_cli("train", "--epochs", "1", "--out", run, "--resume", check=False)  # a different (real-size) model
     assert proc.returncode != 0 and "this run is mlit-xxs" in proc.stderr
-    proc = cli("finetune", "--from", run / "checkpoint.pt", "--out", tmp_path / "ft", check=False)
+    proc = run_cli("finetune", "--from", run / "checkpoint.pt", "--out", tmp_path / "ft", check=False)
     assert proc.returncode != 0 and "mmLiT pre-training checkpoint is needed" in proc.stderr
     assert (run / "checkpoint.pt").read_bytes() == before
 
@@ -174,16 +175,16 @@ def test_few_label_training_records_its_subset_and_resumes_only_on_it(tmp_path):
     """`--labels-per-class`: the run trains on that many images of each class, records the draw in its
     checkpoint and metrics.jsonl, and refuses to continue on another draw."""
     common = ["train", *TINY, "--labels-per-class", "10", "--subset-seed", "3", "--batch-size", "20", "--no-progress"]
-    cli(*common, "--epochs", "1", "--out", tmp_path / "run")
+    run_cli(*common, "--epochs", "1", "--out", tmp_path / "run")
     ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert ckpt["subset"] == row["subset"] and row["subset"]["images"] == 100
     assert ckpt["subset"]["labels_per_class"] == 10 and ckpt["subset"]["seed"] == 3
-    other = cli("train", *TINY, "--labels-per-class", "10", "--subset-seed", "4", "--batch-size", "20", "--no-progress",
-                "--epochs", "2", "--out", tmp_path / "run", "--resume", check=False)
+    other = run_cli("train", *TINY, "--labels-per-class", "10", "--subset-seed", "4", "--batch-size", "20",
+                    "--no-progress", "--epochs", "2", "--out", tmp_path / "run", "--resume", check=False)
     assert other.returncode == 1 and "another labelled subset" in other.stderr and "Traceback" not in other.stderr
-    cli(*common, "--epochs", "2", "--out", tmp_path / "run", "--resume")  # the same draw continues
-    from mlit_edge.train.fit import RunConfig
+    run_cli(*common, "--epochs", "2", "--out", tmp_path / "run", "--resume")  # the same draw continues
+    from mlit_edge.train.run_config import RunConfig
 
     with pytest.raises(ValueError, match="pre-training uses every image"):  # pretrain has no such option
         RunConfig(task="pretrain", labels_per_class=10)

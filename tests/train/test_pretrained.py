@@ -4,13 +4,12 @@ when either file is changed, `create_model(..., pretrained=...)`, and
 `--random-weights` beside them (README, "Pretrained models")."""
 import json
 import shutil
-import subprocess
 
 import pytest
 
 from mlit_edge.train import pretrained
 from mlit_edge.train.checkpoint import load_checkpoint, read_checkpoint
-from tests.helpers import CLI, ENV
+from tests.helpers import run_cli
 
 NAME = "pretrained:xxs-mnist5k"
 MAE = "pretrained:xxs-mnist5k-mae"
@@ -24,8 +23,8 @@ def test_the_shipped_model_is_listed_small_and_accurate():
     assert pretrained.default_for("xxs") == NAME and pretrained.default_for("xxs", num_classes=100) is None
     ckpt, sha = read_checkpoint(NAME, kind="mlit")
     assert sha == entry["sha256"] and ckpt["size"] == "xxs" and "optimizer" not in ckpt  # weights only
-    proc = subprocess.run([*CLI, "pretrained"], capture_output=True, text=True, env=ENV)
-    assert proc.returncode == 0 and NAME in proc.stdout and "mlit-edge train" in proc.stdout
+    proc = run_cli("pretrained")
+    assert NAME in proc.stdout and "mlit-edge train" in proc.stdout
 
 
 def test_the_shipped_mmlit_is_listed_small_and_a_whole_auto_encoder():
@@ -40,9 +39,9 @@ def test_the_shipped_mmlit_is_listed_small_and_a_whole_auto_encoder():
     assert sha == entry["sha256"] and "optimizer" not in ckpt and ckpt["metrics"]["train"]["loss"] > 0
     assert any(k.startswith("decoder_blocks.") for k in ckpt["model"]) and ckpt["config"]["encoder"]["dim"] == 108
     assert pretrained.default_for("xxs") == NAME  # a build never picks the auto-encoder
-    proc = subprocess.run([*CLI, "pretrained"], capture_output=True, text=True, env=ENV)
-    assert proc.returncode == 0 and f"{MAE}: mmLiT-XXS masked auto-encoder" in proc.stdout and NAME in proc.stdout
-    build = subprocess.run([*CLI, "export", "--checkpoint", MAE], capture_output=True, text=True, env=ENV)
+    proc = run_cli("pretrained")
+    assert f"{MAE}: mmLiT-XXS masked auto-encoder" in proc.stdout and NAME in proc.stdout
+    build = run_cli("export", "--checkpoint", MAE, check=False)
     assert build.returncode != 0 and "a supervised mLiT checkpoint is needed" in build.stderr
 
 
@@ -96,7 +95,7 @@ def test_the_shipped_models_load_without_torch_load(monkeypatch):
     import torch
 
     from mlit_edge import MLiT, create_model
-    from mlit_edge.train import fit
+    from mlit_edge.train import fit, run_config
 
     def refuse(*args, **kwargs):
         raise AssertionError("torch.load was called on a shipped model")
@@ -106,9 +105,9 @@ def test_the_shipped_models_load_without_torch_load(monkeypatch):
     assert sha == pretrained.entry_of(NAME)["sha256"] and ckpt["data"]["classes"] == list("0123456789")
     assert isinstance(create_model("xxs", pretrained=True), MLiT)
     assert create_model("xxs", pretrained="xxs-mnist5k-mae").encoder.cfg.dim == 108
-    run = fit.RunConfig.for_task("finetune", None, init_from=MAE)
+    run = run_config.RunConfig.for_task("finetune", None, init_from=MAE)
     model, kind, cfg, _ = fit.build_model(run, SimpleNamespace(classes=list("0123456789")))
-    assert kind == "mlit" and cfg.num_classes == 10 and fit.encoder_size(MAE) == "xxs"
+    assert kind == "mlit" and cfg.num_classes == 10 and run_config.encoder_size(MAE) == "xxs"
 
 
 def test_the_shipped_pairs_record_their_provenance():
@@ -128,9 +127,9 @@ def test_random_weights_build_ignores_the_pretrained_model_and_says_so(tmp_path)
     """`--random-weights` keeps the latency-only path, with its warning, and records it. (The default,
     the pretrained weights named and recorded, is checked by tests/engine/test_build.py on the README's
     first build.)"""
-    random = subprocess.run([*CLI, "build", "--size", "xxs", "--precision", "fp32", "--target", "onnxruntime",
-                             "--out", str(tmp_path / "r"), "--random-weights"], capture_output=True, text=True, env=ENV)
-    assert random.returncode == 0 and "weights are RANDOM" in random.stderr and NAME not in random.stderr
+    random = run_cli("build", "--size", "xxs", "--precision", "fp32", "--target", "onnxruntime", "--out",
+                     tmp_path / "r", "--random-weights")
+    assert "weights are RANDOM" in random.stderr and NAME not in random.stderr
     record = json.loads((tmp_path / "r" / "mlit-xxs-fp32-ort.onnx.json").read_text())
     assert record["random_weights"] and record["checkpoint"] is None
 
@@ -148,10 +147,8 @@ def test_finetune_from_the_shipped_mmlit_on_a_few_labels(tmp_path):
     """The few-label path the README shows: the shipped encoder, 2 labelled digits of each class."""
     import torch
 
-    proc = subprocess.run([*CLI, "finetune", "--from", MAE, "--labels-per-class", "2", "--subset-seed", "3",
-                           "--epochs", "1", "--batch-size", "20", "--no-progress", "--out", str(tmp_path / "ft")],
-                          capture_output=True, text=True, env=ENV, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("finetune", "--from", MAE, "--labels-per-class", "2", "--subset-seed", "3", "--epochs", "1",
+                   "--batch-size", "20", "--no-progress", "--out", tmp_path / "ft")
     assert "final test top-1" in proc.stdout
     ckpt = torch.load(tmp_path / "ft" / "checkpoint.pt", weights_only=True)
     assert ckpt["init_from"] == MAE and ckpt["subset"]["images"] == 20 and ckpt["subset"]["seed"] == 3
@@ -159,7 +156,7 @@ def test_finetune_from_the_shipped_mmlit_on_a_few_labels(tmp_path):
 
 def test_finetune_run_folder_is_named_after_the_encoders_size():
     """`finetune --from` names its default run folder after the encoder it starts from, not a placeholder."""
-    from mlit_edge.train.fit import RunConfig
+    from mlit_edge.train.run_config import RunConfig
 
     run = RunConfig.for_task("finetune", None, init_from="pretrained:xxs-mnist5k-mae")
     assert run.out == "runs/finetune-xxs-mnist5k" and run.size == "xxs"

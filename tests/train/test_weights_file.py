@@ -2,7 +2,6 @@
 and tools/publish_pretrained.py, read back bit for bit without torch.load, refused in one line when either file
 was changed or the two do not belong together."""
 import json
-import subprocess
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from mlit_edge.model.mlit import MLiT
 from mlit_edge.train.checkpoint import load_checkpoint, make_checkpoint, read_checkpoint, save_atomic
 from mlit_edge.train.export_weights import export_weights
 from mlit_edge.train.weights_file import WeightsError, is_safetensors
-from tests.helpers import CLI, ENV
+from tests.helpers import run_cli
 
 META = {"name": "toy", "classes": list("abcde"), "mean": [0.5] * 3, "std": [0.25] * 3, "img_size": 12}
 
@@ -71,9 +70,8 @@ def test_a_changed_or_mismatched_pair_is_refused_in_one_line(tmp_path, tiny_cfg)
 def test_export_weights_command_writes_the_pair(tmp_path, tiny_cfg):
     """`mlit-edge export-weights CKPT --out DIR`, and the refused second run in one line."""
     _ckpt(tmp_path, MLiT(tiny_cfg), tiny_cfg)
-    args = [*CLI, "export-weights", str(tmp_path / "checkpoint.pt"), "--out", str(tmp_path / "w")]
-    proc = subprocess.run(args, capture_output=True, text=True, env=ENV)
-    assert proc.returncode == 0, proc.stderr
+    args = ["export-weights", tmp_path / "checkpoint.pt", "--out", tmp_path / "w"]
+    run_cli(*args)
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["config.json", "model.safetensors"]
-    again = subprocess.run(args, capture_output=True, text=True, env=ENV)
+    again = run_cli(*args, check=False)
     assert again.returncode == 1 and again.stderr.count("\n") == 1 and "--force" in again.stderr
