@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tests.helpers import ROOT, TINY, run_cli  # noqa: E402
@@ -13,9 +14,10 @@ pytest.importorskip("onnxruntime")
 
 
 @pytest.mark.slow
-def test_quickstart_chain_on_a_tiny_model(tmp_path):
+def test_quickstart_chain_on_a_tiny_model(tmp_path, monkeypatch):
     """In this process (the bench still runs each artifact in a fresh one): what is checked is the command's
-    files, table and messages; the real-size run below is the one in a process of its own."""
+    files, table and messages; the real-size run below is the one in a process of its own. The second run checks
+    what a re-run reuses (the training and the fp32 export), so its bench, the first run's again, is left out."""
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     cmd = ["quickstart", "--train", "--out", tmp_path / "qs", "--epochs", "1", "--batch-size", "250", "--batch", "1,4",
            "--duration", "0.05", "--no-progress", *TINY]
@@ -34,7 +36,11 @@ def test_quickstart_chain_on_a_tiny_model(tmp_path):
     import torch  # the README's from-scratch recipe: positions start at the sin-cos table
 
     assert torch.load(tmp_path / "qs" / "run" / "checkpoint.pt", weights_only=True)["config"]["pos_init"] == "sincos"
+    benched = []
+    monkeypatch.setattr("mlit_edge.quickstart.bench_and_save", lambda paths, *a, **k: benched.append(paths) or report)
     again = run_cli(*cmd, env=env)
+    assert [Path(p).name for p in benched[0]] == ["mlit-xxs-custom-fp32-ort.onnx", "mlit-xxs-custom-fp16.onnx",
+                                                  "mlit-xxs-custom-int8-ort.onnx", "checkpoint.pt"], benched
     assert "already holds 1 epochs, reusing it" in again.stderr
     assert "reusing" in again.stderr  # the fp32 export of the same checkpoint
 

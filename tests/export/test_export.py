@@ -141,13 +141,20 @@ def test_precision_variants_keep_router_in_float(trained):
     assert read_sidecar(paths["int8"])["precision"] == "int8"
 
 
+@pytest.fixture(scope="module")
+def xxs_random_onnx(tmp_path_factory) -> Path:
+    """A random-weight XXS exported once for the three precisions' builds below (each makes its variant)."""
+    model, info = load_for_export(None, "xxs", 10, random_weights=True)
+    path = tmp_path_factory.mktemp("xxs-random") / "m.onnx"
+    export_onnx(model, path, info)
+    return path
+
+
 @pytest.mark.skipif(import_trt() is None, reason="needs tensorrt or tensorrt_rtx (pip install 'mlit-edge[trt-check]')")
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
-def test_tensorrt_builds_xxs_engines(tmp_path, precision):
-    model, info = load_for_export(None, "xxs", 10, random_weights=True)
-    export_onnx(model, tmp_path / "m.onnx", info)
-    path = tmp_path / "m.onnx"
+def test_tensorrt_builds_xxs_engines(xxs_random_onnx, tmp_path, precision):
+    path = xxs_random_onnx
     if precision == "fp16":
         to_fp16(path, tmp_path / "m.fp16.onnx")
         path = tmp_path / "m.fp16.onnx"

@@ -20,7 +20,7 @@ pytest.importorskip("onnx")
 
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.runtime.video import FrameReader, SourceError, VideoSource, csi_pipeline, parse_source  # noqa: E402
-from tests.helpers import CLI, ENV, NO_TORCH, cli  # noqa: E402
+from tests.helpers import CLI, ENV, NO_TORCH, cli, run_cli  # noqa: E402
 
 
 def write_video(path: Path, frames: int, fourcc: str = "MJPG", fps: float = 10.0, side: int = 72) -> Path:
@@ -61,7 +61,7 @@ def clip(tmp_path_factory) -> Path:
 
 
 def test_every_frame_is_classified_as_the_extracted_frames_are(model, clip, tmp_path):
-    proc = cli("stream", clip, tmp_path / "annotated.avi", "--model", model)
+    proc = run_cli("stream", clip, tmp_path / "annotated.avi", "--model", model)
     got = rows(proc.stdout)
     assert [r["frame"] for r in got] == list(range(30))
     assert [r["t"] for r in got[:3]] == pytest.approx([0.0, 0.1, 0.2])
@@ -75,9 +75,9 @@ def test_every_frame_is_classified_as_the_extracted_frames_are(model, clip, tmp_
 
 
 def test_every_n_and_a_static_batch(model, clip, tmp_path):
-    got = rows(cli("stream", clip, "--model", model, "--every", "4", "--batch", "3").stdout)
+    got = rows(run_cli("stream", clip, "--model", model, "--every", "4", "--batch", "3").stdout)
     assert [r["frame"] for r in got] == list(range(0, 30, 4))
-    single = {r["frame"]: r["class_id"] for r in rows(cli("stream", clip, "--model", model).stdout)}
+    single = {r["frame"]: r["class_id"] for r in rows(run_cli("stream", clip, "--model", model).stdout)}
     assert all(single[r["frame"]] == r["class_id"] for r in got)  # batching changes nothing
 
 
@@ -87,14 +87,14 @@ def test_mp4_where_the_wheel_can_write_it(model, tmp_path):
         pytest.skip("this OpenCV wheel writes no mp4v")
     probe.release()
     clip = write_video(tmp_path / "digits.mp4", 12, "mp4v")
-    got = rows(cli("stream", clip, tmp_path / "out.mp4", "--model", model).stdout)
+    got = rows(run_cli("stream", clip, tmp_path / "out.mp4", "--model", model).stdout)
     assert len(got) == 12 and len(decoded(tmp_path / "out.mp4")) == 12
 
 
 def test_a_truncated_file_ends_cleanly_and_a_corrupt_frame_is_skipped(model, clip, tmp_path):
     data = clip.read_bytes()
     (tmp_path / "cut.avi").write_bytes(data[: len(data) * 6 // 10])
-    proc = cli("stream", tmp_path / "cut.avi", "--model", model)
+    proc = run_cli("stream", tmp_path / "cut.avi", "--model", model)
     n = len([r for r in rows(proc.stdout) if "class" in r])  # the frames cut off are each an error record
     assert 5 < n < 30 and "truncated" in proc.stderr and "Traceback" not in proc.stderr
     assert [r["frame"] for r in rows(proc.stdout) if "error" in r] == list(range(n, 30))
@@ -102,7 +102,7 @@ def test_a_truncated_file_ends_cleanly_and_a_corrupt_frame_is_skipped(model, cli
     bad = bytearray(data)
     bad[starts[10] + 2:starts[11] - 8] = bytes(starts[11] - 8 - starts[10] - 2)
     (tmp_path / "bad.avi").write_bytes(bytes(bad))
-    proc = cli("stream", tmp_path / "bad.avi", "--model", model)
+    proc = run_cli("stream", tmp_path / "bad.avi", "--model", model)
     got = [r for r in rows(proc.stdout) if "class" in r]
     assert len(got) == 29 and 10 not in [r["frame"] for r in got] and "corrupt 1 (frame 10)" in proc.stderr
 
@@ -264,7 +264,7 @@ def test_stream_never_writes_over_what_it_reads(own, args, words):
     """OUTPUT or --results naming the source, the model or its sidecar (by path, link or inode), or each other:
     refused in one line before anything is opened for writing; every file stays as it was."""
     before = snapshot(own)
-    proc = cli("stream", *args, "--model", "m.onnx", check=False, cwd=own)
+    proc = run_cli("stream", *args, "--model", "m.onnx", check=False, cwd=own)
     assert proc.returncode == 1 and words in proc.stderr, proc.stderr[-1500:]
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
     assert snapshot(own) == before  # nothing truncated, appended to or created
@@ -272,7 +272,7 @@ def test_stream_never_writes_over_what_it_reads(own, args, words):
 
 def test_stream_reads_the_model_s_sidecar_through_its_own_name(own):
     """The refusal compares what is read: a results file beside the model that is not its sidecar is fine."""
-    proc = cli("stream", "in.avi", "--model", "m.onnx", "--results", "m.onnx.jsonl", "--max-frames", "2", cwd=own)
+    proc = run_cli("stream", "in.avi", "--model", "m.onnx", "--results", "m.onnx.jsonl", "--max-frames", "2", cwd=own)
     assert proc.stdout == "" and len(rows((own / "m.onnx.jsonl").read_text())) == 2
 
 
@@ -281,7 +281,7 @@ def test_stream_reads_the_model_s_sidecar_through_its_own_name(own):
                                           ("/proc/mlit-edge-out.avi", "cannot write the annotated video's folder")])
 def test_an_output_folder_that_cannot_be_written_is_refused_before_the_first_frame(own, where, words):
     before = snapshot(own)
-    proc = cli("stream", "in.avi", where, "--model", "m.onnx", check=False, cwd=own)
+    proc = run_cli("stream", "in.avi", where, "--model", "m.onnx", check=False, cwd=own)
     assert proc.returncode == 1 and words in proc.stderr, proc.stderr[-1500:]
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""  # no frame was classified first
     assert snapshot(own) == before

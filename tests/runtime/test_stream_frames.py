@@ -21,7 +21,7 @@ pytest.importorskip("onnx")
 from mlit_edge.runtime import mjpeg  # noqa: E402
 from mlit_edge.runtime.mjpeg import jpeg_size, part_cap  # noqa: E402
 from mlit_edge.runtime.video import FrameReader, parse_source  # noqa: E402
-from tests.helpers import ENV, cli  # noqa: E402
+from tests.helpers import ENV, cli, run_cli  # noqa: E402
 
 # the CLI with its peak resident memory (VmHWM: this program's own, unlike ru_maxrss, which keeps the peak of
 # the forking pytest process across exec) printed last on stderr
@@ -162,7 +162,7 @@ def test_a_file_stated_over_the_limit_is_refused_before_a_frame_is_decoded(model
     """OpenCV states (and decodes) a file's frames at the size of its first: a 16000 x 16000 first frame made every
     frame that size and ended the run with rc 1 at 2.6 GB. A stated size over the limit is now one line."""
     clip = mjpeg_avi(tmp_path / "big-first.avi", [jpeg(0, 200)] + [jpeg(i) for i in range(1, 12)])
-    proc = cli("stream", clip, "--model", model, "--max-pixels", "10000", check=False)
+    proc = run_cli("stream", clip, "--model", model, "--max-pixels", "10000", check=False)
     assert proc.returncode == 1 and "its frames are 200x200, over the limit of 10,000 px" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -198,12 +198,12 @@ def test_a_run_of_undecodable_frames_is_skipped_and_counted_and_the_file_reads_o
     frames after them; 20 undecodable frames at the end are counted, not reported as "corrupt 0"."""
     good = [jpeg(i * 37) for i in range(80)]
     bad = [b"\xff\xd8" + bytes(len(g) - 2) for g in good]
-    proc = cli("stream", mjpeg_avi(tmp_path / "run.avi", good[:10] + bad[10:50] + good[50:]), "--model", model)
+    proc = run_cli("stream", mjpeg_avi(tmp_path / "run.avi", good[:10] + bad[10:50] + good[50:]), "--model", model)
     assert [r["frame"] for r in rows(proc.stdout) if "class" in r] == [*range(10), *range(50, 80)], proc.stderr[-800:]
     assert [r["frame"] for r in rows(proc.stdout) if "error" in r] == [*range(10, 50)]  # each failure in its place
     assert "corrupt 40 (frames 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, ...)" in proc.stderr
     assert "truncated" not in proc.stderr and "nothing decodes" not in proc.stderr
-    proc = cli("stream", mjpeg_avi(tmp_path / "tail.avi", good[:60] + bad[60:]), "--model", model)
+    proc = run_cli("stream", mjpeg_avi(tmp_path / "tail.avi", good[:60] + bad[60:]), "--model", model)
     assert len([r for r in rows(proc.stdout) if "class" in r]) == 60
     assert "corrupt 20 (frames 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, ...) | nothing decodes after frame 59" \
         in proc.stderr
