@@ -71,21 +71,11 @@ def tiny_cfg() -> MLiTConfig:
 
 def _train_small(path: Path) -> None:
     """Three epochs of a small mLiT on the embedded digits, saved as `mlit-edge train` saves a checkpoint."""
-    torch.manual_seed(0)
-    # every core while it trains: the other worker waits on this checkpoint (the lock) more often than it works
-    threads = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
-    try:
-        _train_steps(path)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train_steps(path: Path) -> None:
     from mlit_edge.model.mlit import MLiT
     from mlit_edge.train.checkpoint import make_checkpoint, save_atomic
     from mlit_edge.train.data import Loader, load_dataset
 
+    torch.manual_seed(0)
     train = load_dataset("mnist5k", "train")
     model = MLiT(MLiTConfig(**SMALL))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
