@@ -1,8 +1,9 @@
 """mlit-edge: very small mixture-of-experts vision transformers (mLiT, mmLiT) for edge GPUs.
 
-The folders are the pipeline: `model` -> `train` -> `export` -> `engine` -> `bench`, each importing
-only from the stages before it and from `runtime`, the torch-free floor that a device installs
-alone. The package imports without torch: the models load on first use of their names.
+The folders are rooms named for what they hold: the torch-free floor a device installs (`base`, `artifacts`,
+`devices`, `runtime`, `stacks`), then the pipeline `model` -> `train` -> `export` -> `engine` -> `bench`, each
+importing only the rooms tests/test_layout.py's ALLOWED gives it. The package imports without torch: the
+models load on first use of their names.
 
 The Python API is one line per step over the same stage functions the CLI calls (`api`):
 `m = mlit_edge.load("pretrained:xxs-mnist5k")`, `onnx = m.export(precision="fp16", jetpack="6.2")`,
