@@ -43,7 +43,6 @@ def _graph(kind: str) -> bytes:
 def _plan(good: Path, path: Path, io, output: str = "probabilities") -> Path:
     """A .plan of bytes that are no engine, its sidecar a Jetson build of probabilities recording `io` as engine.io
     (both exports read the sidecar, never the engine)."""
-    record = json.loads(Path(f"{good}.json").read_text())
     engine = {"builder": {"module": "tensorrt", "version": "10.3.0"}, "device": JETSON,
               "flags": {"profile": {"min": 1, "opt": 8, "max": 16}}, "io": io}
     return _resigned(good, path, b"not an engine", target="tensorrt", kind="tensorrt-engine", engine=engine,

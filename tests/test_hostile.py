@@ -21,7 +21,7 @@ from tests.hostile_corpus import make_corpus, png_bomb  # noqa: E402
 from mlit_edge.cli import main  # noqa: E402
 from mlit_edge.runtime import Classifier  # noqa: E402
 from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
-from tests.helpers import CLI, ENV, ROOT, run_cli  # noqa: E402
+from tests.helpers import CLI, ENV, KILL_AT, ROOT, run_cli  # noqa: E402
 
 
 
@@ -93,7 +93,13 @@ def test_corpus_replays_with_one_line_errors_and_no_good_artifact_changed(good, 
 
 
 # Round 4 (issue 47), one corpus module per surface, replayed side by side: tests/hostile_r4_<surface>.py
-ROUND4 = ("check", "deepstream", "weights", "api", "device")
+ROUND4 = {"check": 57, "deepstream": 39, "weights": 24, "api": 20, "device": 5}  # each surface's cases, at least
+
+
+def test_every_round4_corpus_module_is_replayed():
+    """A tests/hostile_r4_<surface>.py that ROUND4 does not name would never run."""
+    found = {p.stem.removeprefix("hostile_r4_") for p in Path(__file__).parent.glob("hostile_r4_*.py")}
+    assert found == set(ROUND4)
 
 
 @pytest.mark.slow
@@ -103,6 +109,7 @@ def test_round4_corpus_replays(good, tmp_path, surface):
 
     art, ckpt = good
     cases = importlib.import_module(f"tests.hostile_r4_{surface}").cases(tmp_path / "corpus", art, ckpt)
+    assert len(cases) >= ROUND4[surface], f"{surface}: {len(cases)} cases, {ROUND4[surface]} expected"
     before = {**hashes(art.parent), "ckpt": sha(ckpt)}
     failures = replay(cases, art, tmp_path / "corpus")
     assert not failures, "\n".join(failures)
@@ -222,17 +229,6 @@ def test_build_does_not_replace_an_artifact_of_another_source_without_force(trai
     assert r.exit_code == 0 and "reusing" in r.stderr and hashes(out) == kept
     r = build("--checkpoint", str(other), "--precision", "fp16", "--force")
     assert r.exit_code == 0 and read_sidecar(out / "mlit-xxs-custom-fp16.onnx")["checkpoint_sha256"] == sha(other)
-
-
-KILL_AT = """
-import os, signal
-_replace = os.replace
-def _replace_or_die(src, dst, *a, **kw):
-    if str(dst).endswith({suffix!r}):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return _replace(src, dst, *a, **kw)
-os.replace = _replace_or_die
-"""
 
 
 @pytest.mark.parametrize("suffix, which", [(".onnx", "old"), (".onnx.json", "new")])

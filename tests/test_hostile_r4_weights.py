@@ -17,7 +17,7 @@ from mlit_edge.train.checkpoint import load_checkpoint, make_checkpoint, save_at
 from mlit_edge.train.export_weights import export_weights
 from tests.helpers import CLI, ENV, ROOT, run_cli
 from tests.hostile_r4_weights import sparse
-from tests.test_hostile import KILL_AT  # noqa: E402  the one SIGKILL-at-a-rename shim
+from tests.helpers import KILL_AT  # noqa: E402  the one SIGKILL-at-a-rename shim
 
 META = {"name": "toy", "classes": list("abcde"), "mean": [0.5] * 3, "std": [0.25] * 3, "img_size": 12}
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import NO_TORCH, ROOT
-from tests.test_layout import FLOOR
+from tests.layout_rules import FLOOR
 from tools.fetch_test_deps import find_python38, py38_python, py38_venv_cached, py38_venv_missing_message
 
 PACKAGE = ROOT / "mlit_edge"

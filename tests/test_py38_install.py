@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from tools.fetch_test_deps import (ORT_PY38, PY38_VENV, find_python38, jetpack51_pins, py38_python,
+from tools.fetch_test_deps import (ORT_PY38, find_python38, jetpack51_pins, py38_python,
                                    py38_venv_cached, py38_venv_missing_message)
 
 PIP = ["-m", "pip"]

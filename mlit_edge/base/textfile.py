@@ -13,7 +13,7 @@ import os
 import stat
 from typing import Any, Union
 
-from .messages import printable, require_file
+from .messages import file_kind, printable, require_file
 
 # [ours] a sidecar, a weights config, an index or a recipe is a few KB: the largest class list there is
 # (ImageNet-21k's 21,843 names) is about 0.5 MB, and a JSON parse costs several times the file in memory
@@ -44,7 +44,7 @@ def read_bytes(path: PathLike, what: str, limit: int = METADATA_BYTES) -> bytes:
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{what} {printable(os.fspath(path))} is not a regular file")
+            raise OSError(f"{what} {printable(os.fspath(path))} {file_kind(st.st_mode)}")
         if st.st_size > limit:
             raise too_large(path, what, st.st_size, limit)
         data = f.read(limit + 1)  # st_size is 0 for /proc files, and a file may grow after the fstat

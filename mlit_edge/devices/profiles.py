@@ -62,6 +62,11 @@ class DeviceProfile:
         return (f"{self.name}: {where}TensorRT {self.tensorrt}, opset {self.opset}, LayerNorm {self.layernorm}, "
                 f"{'strongly' if self.strongly_typed else 'weakly'} typed")
 
+    def refuse_opset(self, opset: int) -> None:
+        """ValueError in one line for an --opset this profile's parser cannot read."""
+        if opset > self.max_opset:
+            raise ValueError(f"--opset {opset}: {self.describe()}; its parser reads opset {self.max_opset} at most")
+
 
 # Each JetPack's ONNX parser and network flags (the table above): (max_opset, opset, layernorm, TopK's K an
 # initializer, strongly typed). The default opset of a TensorRT 10 graph is 18 (export.DEFAULT_OPSET); 10.x's

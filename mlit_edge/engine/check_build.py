@@ -29,8 +29,8 @@ def trt_build(path: str | Path, trt=None, workspace_gib: float = 1.0, precision:
     trt = trt or import_trt()
     if trt is None:
         raise RuntimeError("no TensorRT here: pip install 'mlit-edge[trt-check]' (TensorRT-RTX) or use JetPack's")
-    row = of_module(trt.__name__)  # a target whose version names no device profile (TensorRT-RTX) is strongly typed
-    strongly = row is None or not row.versioned_profile or installed_profile(trt.__version__).strongly_typed
+    row = of_module(trt.__name__)  # the table's own answer first (TensorRT-RTX builds strongly typed only)
+    strongly = row is None or row.strongly_typed_only or installed_profile(trt.__version__).strongly_typed
     result = build_serialized(path, trt, BuildOptions(BATCH_PROFILE, workspace_gib, strongly_typed=strongly,
                                                       precision=precision, fp32_layers=fp32_layers))
     if result["ok"]:

@@ -44,7 +44,7 @@ def implicit_int8_refusal(target: str, module: Optional[ModuleType], frontend: s
     """Why `target` (with its imported `module`, None before the import) cannot build a calibrated INT8
     engine, in one line; None when it can."""
     row, built_by = TABLE[target], of_module(module.__name__) if module is not None else None
-    plan_maker = next(t for t in (built_by, row) if t is not None)
+    plan_maker = built_by or row
     if plan_maker.builder is not None and not plan_maker.implicit_int8:
         return (f"--dla-core with --precision int8: {plan_maker.title} has no implicit quantization (no {CALIBRATOR}, "
                 "no DLA); build --dla-core with --precision fp16")

@@ -20,7 +20,6 @@ from ..base.messages import first_line
 
 CONSTANT_VALUES = ("value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
                    "value_strings", "sparse_value")
-INTEGERS = {6: "int32", 7: "int64"}  # onnx.TensorProto element types TopK's K takes (the spec says int64)
 
 
 def default_opset(model: Any) -> int | None:

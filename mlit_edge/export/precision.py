@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
@@ -20,9 +20,6 @@ from .quiet import quiet
 from ..runtime.runners import load_onnx
 from ..artifacts.sidecar import user_fields
 from .handoff import Variant
-
-if TYPE_CHECKING:
-    from .handoff import Variant
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
 

@@ -51,12 +51,9 @@ class ExportOptions:
     def __post_init__(self) -> None:
         validate(self)  # types and ranges, in the CLI's words (base.values), before anything else reads them
         device = named_profile(self.jetpack, self.tensorrt)  # a one-line error for an unknown release
-        if device is not None and self.opset is not None and self.opset > device.max_opset:  # as resolve_plan does
-            raise ValueError(f"--opset {self.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
-                             "at most")
+        if device is not None and self.opset is not None:  # the named device's, before any work
+            device.refuse_opset(self.opset)
         parse_pad(self.pad_heads)  # auto, off or a fusable head size; against the model's own in resolve_plan
-        if self.opset is not None and self.opset not in OPSETS:
-            raise ValueError(f"--opset {self.opset!r}: choose from {', '.join(map(str, OPSETS))}")
         if self.size is not None and self.size != self.size.lower():
             raise ValueError(f"--size {self.size!r}: sizes are lower case")
         if self.random_weights and self.checkpoint:

@@ -72,7 +72,6 @@ class BuildPlan:
     pad_reason: str = ""  # why (devices.mha_rules.pad_choice), for the sidecar
     convention: str = "normalised"  # the graph's input (artifacts.input_convention): "pixels" with --raw-input
     input_dtype: str = "float32"  # its element type: uint8 with --input-dtype uint8 (export.uint8_input)
-    builder: str | None = None  # how the engine is built (engine.build.BUILDERS); None: the ONNX is the artifact
     dla_int8: bool = False  # the DLA's calibrated INT8: the fp32 graph exported, the engine INT8 (engine/dla_int8.py)
 
     @property
@@ -142,7 +141,7 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
         row = TABLE[AUTO[0]]
         target, runtime, frontend, profile, engine, probe = row.name, row.graph, "onnx", None, None, req.probe
         precisions = ("fp32", *(p for p in PRECISIONS[1:] if p in req.precisions))
-        base, named, builder = flavour("fp32", runtime), Path(req.out), None
+        base, named = flavour("fp32", runtime), Path(req.out)
     else:
         raise TypeError(f"not an export or build request: {type(req).__name__}")
     if source.onnx:  # an artifact made for one runtime is refused by another, in one line
@@ -166,8 +165,7 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     opset = export_opset(base.attention, req.opset or DEFAULT_OPSET)
     if device is not None and base.attention == GROUPED and opset > device.max_opset:
         if req.opset is not None:  # only the exporter's own opset (not given) is lowered for the parser
-            raise ValueError(f"--opset {req.opset}: {device.describe()}; its parser reads opset {device.max_opset} "
-                             "at most")
+            device.refuse_opset(req.opset)
         opset = device.opset
     pad_to, pad_reason = _padding(req, source, runtime, device, precisions)
     dataset = source.record.dataset
@@ -178,7 +176,7 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
                      engine=engine, dataset=dataset, recipe=recipe, evaluate=req.evaluate and torch, torch=torch,
                      profile=profile, notes=tuple(notes), target_note=note, device=device, pad_to=pad_to,
                      pad_reason=pad_reason, convention=_convention(req, source),
-                     input_dtype=_input_dtype(req, source, device), builder=builder, dla_int8=dla_int8)
+                     input_dtype=_input_dtype(req, source, device), dla_int8=dla_int8)
 
 
 def _input_dtype(req: ExportOptions, source: Source, device: DeviceProfile | None) -> str:

@@ -46,7 +46,7 @@ from .deepstream_app import (APP, CONFIG, LABELS, SAMPLE_STREAM, Secondary, app_
 from .deepstream_app_rules import check_app
 from .glib_keyfile import keyfile_text
 from ..artifacts.graph_outputs import PROBABILITIES, io_facts, with_probabilities
-from .graph_record import check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
+from .graph_record import TRT_DTYPES, check_sidecar, onnx_graph_io, parse_onnx, plan_graph_io
 from ..artifacts.input_convention import NORMALISED, PIXELS, UINT8
 from ..artifacts.model_io import describe
 from ..base.messages import printable, require_file
@@ -60,7 +60,6 @@ from ..artifacts.targets import PARSER_GRAPH
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}  # nvinfer's network-mode (NvDsInferNetworkMode)
 CALIB = "int8-calib-file.txt"
 STD_TOLERANCE = 1e-9  # [ours] relative: the channels' std must be one number for one net-scale-factor
-TRT_DTYPES = {"float": "float32", "half": "float16"}  # engine.io names types as TensorRT does
 MAX_STEM = 100  # [ours] room for nvinfer's "_b1024_gpu0_fp16.engine" after the copy's name within NAME_MAX (255)
 
 

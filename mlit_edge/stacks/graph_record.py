@@ -19,9 +19,10 @@ from ..artifacts.model_io import check_against_model
 from ..artifacts.schema import ArtifactRecord
 from ..artifacts.sidecar import SidecarError
 from ..artifacts.targets import parser_reads
+from ..artifacts.graph_outputs import LOGITS
 from ..artifacts.input_convention import onnx_dtype_name
+from ..runtime.runners import load_onnx
 
-LOGITS = "logits"
 TRT_DTYPES = {"float": "float32", "half": "float16", "int8": "int8", "int32": "int32", "int64": "int64",
               "uint8": "uint8", "bool": "bool", "bfloat16": "bfloat16"}  # engine.io's TensorRT names, as numpy's
 
@@ -44,15 +45,13 @@ class GraphIO:
 
 
 def parse_onnx(content: bytes, path: str | Path) -> Any:
-    """The ModelProto of `content` (its external data not loaded); ValueError in one line for bytes that are no
-    ONNX model, whatever protobuf raises on them."""
-    import onnx
-
+    """The ModelProto of `content` (its external data not loaded: `runners.load_onnx` of the bytes); ValueError in
+    one line, naming the artifact, for bytes that are no ONNX model."""
     try:
-        return onnx.load_from_string(content)
-    except Exception as e:  # protobuf's DecodeError, or whatever else it raises on bytes of junk
-        raise ValueError(f"{Path(path).name} is not a readable ONNX model ({type(e).__name__}), though its sidecar's "
-                         "sha256 matches it; export it again") from None
+        return load_onnx(content)
+    except ValueError:  # the loader's line names "the ONNX bytes": say which file, and what to do
+        raise ValueError(f"{Path(path).name} is not a readable ONNX model, though its sidecar's sha256 matches it; "
+                         "export it again") from None
 
 
 def onnx_graph_io(model: Any) -> GraphIO:

@@ -91,7 +91,7 @@ def test_no_module_compares_a_target_name_to_decide():
 
 def test_a_new_target_is_one_row_of_the_table(tmp_path):
     """A copy of the package with one more row (a target that takes the ONNX Runtime graph as it is): the CLI offers
-    it, the request takes it, the plan makes the ONNX Runtime graph for it, the schema accepts its graph."""
+    it, the request takes it and `resolve_target` resolves it, with no other edit."""
     copy = tmp_path / "mlit_edge"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "weights"))
     table = copy / "artifacts" / "targets.py"
