@@ -45,10 +45,9 @@ class Preprocess:
 
 @dataclass(frozen=True)
 class ArtifactRecord:
-    """An artifact's sidecar, typed: the fields the stages act on, read once from the JSON (`from_json`) and
-    read as attributes everywhere else. This module is the one that looks into the JSON: `raw` keeps it as it
-    is on disk, for `to_json` and `derive` (a new record from this one). `check_record` validates the types
-    first (`read_record`); a record made in memory is taken as the stage wrote it."""
+    """An artifact's sidecar, typed: the fields the stages act on, read once from the JSON (`from_json`), read as
+    attributes everywhere else. Only this module looks into the JSON: `raw` keeps it as on disk, for `to_json` and
+    `derive`. `check_record` validates the types first (`read_record`); a record made in memory is taken as is."""
 
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     precision: str = "fp32"
@@ -94,6 +93,8 @@ class ArtifactRecord:
     builder_version: str | None = None
     device: Mapping[str, Any] = field(default_factory=dict)  # a plan's engine.device (devices.trt_env.DeviceEnv)
     dla_core: int | None = None  # a plan's engine.dla_core: the DLA core it was built for; None: the GPU
+    ov_precision: Any = None  # an OpenVINO IR's openvino.inference_precision (runtime.ov_runner checks it)
+    ov_weights_sha256: Any = None  # openvino.weights_sha256: the IR's .bin
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ArtifactRecord":
@@ -101,6 +102,7 @@ class ArtifactRecord:
         get = data.get
         model, att, ort = _obj(get("model")), _obj(get("attention")), _obj(get("onnxruntime"))
         engine, pre, classes = _obj(get("engine")), get("preprocess"), get("classes")
+        ov = _obj(get("openvino"))
         profile, builder = _obj(_obj(engine.get("flags")).get("profile")), _obj(engine.get("builder"))
         return cls(
             raw=MappingProxyType(dict(data)), precision=get("precision", "fp32"), runtime=get("runtime", "any"),
@@ -123,7 +125,8 @@ class ArtifactRecord:
             calibration_sha256=get("calibration_sha256") or _obj(get("calibration")).get("manifest_sha256"),
             profile=_obj(get("profile")).get("name"), profile_field=get("profile"),
             fp32_layers=_items(get("fp32_layers")), builder_module=builder.get("module"),
-            builder_version=builder.get("version"), device=_obj(engine.get("device")), dla_core=engine.get("dla_core"))
+            builder_version=builder.get("version"), device=_obj(engine.get("device")), dla_core=engine.get("dla_core"),
+            ov_precision=ov.get("inference_precision"), ov_weights_sha256=ov.get("weights_sha256"))
 
     @property
     def dataset(self) -> str | None:

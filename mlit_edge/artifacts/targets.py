@@ -28,8 +28,12 @@ class Flavour:
     runtime: str
     tag: str  # in the file name: mlit-xxs-TAG.onnx
     attention: str  # the fp32 export it starts from: the portable graph, or ONNX Runtime's fused one
-    maker: str  # "export" (the fp32 graph itself), "fp16" casts, "int8-qdq" (TensorRT's recipe), "int8-dynamic"
+    maker: str  # "export" (the fp32 graph itself), "fp16" casts, "int8-qdq" (TensorRT's recipe), "int8-static"
+    # (ONNX Runtime's integer kernels); both INT8 makers calibrate
     about: str  # one line for the progress log
+    # the OpenVINO inference precisions it runs at, the first the CPU plugin offers (OPTIMIZATION_CAPABILITIES); ()
+    # where no OpenVINO runs it
+    hints: tuple[str, ...] = ()
 
 
 # each precision for each graph (export.flavours names and makes them; nothing else branches on the pair)
@@ -40,8 +44,15 @@ FLAVOURS: Mapping[tuple[str, str], Flavour] = MappingProxyType({(f.precision, f.
     Flavour("fp32", "onnxruntime", "fp32-ort", ORT_ATTENTION, "export", "ONNX Runtime's fused attention kernel"),
     # fp16 is a GPU format: on ONNX Runtime's CPU it runs through Casts, so it stays the portable graph
     Flavour("fp16", "onnxruntime", "fp16", GROUPED, "fp16", "LayerNorm, softmax, router and head stay fp32"),
-    Flavour("int8", "onnxruntime", "int8-ort", ORT_ATTENTION, "int8-dynamic",
-            "int8 per-channel weights, activations quantized per call (no calibration set needed)"),
+    Flavour("int8", "onnxruntime", "int8-ort", ORT_ATTENTION, "int8-static",
+            "int8 per-channel weights, activation scales fixed by calibration (the same logits in any batch)"),
+    # OpenVINO reads ONNX Runtime's fused attention (opset 23's Attention) as its ScaledDotProductAttention, measured
+    # faster than the portable graph at f32 and bf16 (docs/export-and-build.md): the same fp32 file, tag and all.
+    # Its precision is the IR's inference hint, not a graph of its own ("export": the builder applies it)
+    Flavour("fp32", "openvino", "fp32-ort", ORT_ATTENTION, "export", "ONNX Runtime's fused attention graph", ("f32",)),
+    Flavour("fp16", "openvino", "fp16-ov", ORT_ATTENTION, "export",
+            "the fp32 graph, computed by OpenVINO's CPU plugin in bf16 (or f16 where it has that instead)",
+            ("bf16", "f16")),
 )})
 # every precision an artifact can carry, in the order the CLI lists them: fp32 (what every other is made from) first
 PRECISIONS = tuple(dict.fromkeys(f.precision for f in FLAVOURS.values()))
@@ -56,11 +67,13 @@ class Format:
     title: str  # what runs it, in messages
     suffixes: tuple[str, ...]
     triton: str | None = None
+    companions: tuple[str, ...] = ()  # the suffixes of the files beside it that are part of the artifact
 
 
 FORMATS: Mapping[str, Format] = MappingProxyType({f.name: f for f in (
     Format("tensorrt", "TensorRT", (".plan", ".engine", ".trt"), "tensorrt_plan"),
     Format("onnxruntime", "ONNX Runtime", (".onnx",), "onnxruntime_onnx"),
+    Format("openvino", "OpenVINO", (".xml",), companions=(".bin",)),  # the IR's weights, hashed in the sidecar
     Format("torch", "PyTorch", (".pt", ".pth", ".safetensors")),  # .safetensors: train.weights_file
 )})
 
@@ -85,6 +98,7 @@ class Target:
     implicit_int8: bool = False  # builds calibrated INT8 from the fp32 graph (the DLA's INT8)
     frontend_of: str | None = None  # a frontend: builds this target's artifact from the PyTorch model
     consumers: tuple[str, ...] = ()  # the deploy stacks (stacks/) that load its artifact
+    reads: tuple[str, ...] = ()  # other graphs (a sidecar's "runtime") its builder takes from --onnx as they are
     notes: Mapping[str, str] = field(default_factory=dict)  # said when a build makes that precision for it
 
 
@@ -98,6 +112,12 @@ TABLE: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target("onnxruntime", "ONNX Runtime", "onnxruntime", "onnxruntime", consumers=("triton",), notes={
         "fp16": "note: fp16 is not a speed format on a CPU: ONNX Runtime runs it through inserted Casts, no faster "
                 "than fp32; it is built for TensorRT on the GPU (and to measure its accuracy here)"}),
+    # int8 is not offered: OpenVINO runs the calibrated Q/DQ graph in int8, slower than bf16 here and with 0.89 of
+    # layer 7's tokens on PyTorch's experts (docs/export-and-build.md)
+    Target("openvino", "OpenVINO", "openvino", "openvino", "openvino-ir", "openvino",
+           "pip install 'mlit-edge[openvino]'", ("fp32", "fp16"), reads=("onnxruntime",), notes={
+               "fp16": "note: on OpenVINO, fp16 is the CPU plugin's half-width inference: bf16 where the CPU has it, "
+                       "else f16; the IR's weights are stored in fp16"}),
     Target("torch-tensorrt", "torch-tensorrt", "tensorrt", "tensorrt", "torch-tensorrt", "tensorrt",
            "pip install torch-tensorrt on a CUDA workstation", ("fp32", "fp16"), frontend_of="tensorrt"),
 )})

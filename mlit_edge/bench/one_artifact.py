@@ -12,7 +12,7 @@ import numpy as np
 from ..artifacts.schema import ArtifactRecord, check_runtime
 from ..artifacts.targets import PARSER_GRAPH
 from ..export.torch_runner import open_checkpoint
-from ..runtime.artifact import RunnerOptions, open_artifact
+from ..runtime.artifact import RunnerOptions, artifact_files, open_artifact
 from ..base.routing import routing_agreement
 from ..runtime.runners import Runner, load_onnx, predict_all
 from .options import ORT_PROVIDERS, BenchConfig, Reference
@@ -100,7 +100,7 @@ def bench_artifact(path: str, cfg: BenchConfig, images: np.ndarray | None, label
         nv = nvmap_mb()
         device_mb = nv - nv_before if nv is not None and nv_before is not None else runner.device_memory_bytes / 2 ** 20
     entry = {"artifact": str(path), "label": label(path), "format": runner.name, "precision": precision,
-             "size_mb": path.stat().st_size / 2 ** 20, "load_rss_mb": rss_mb() - before, "device_mb": device_mb,
+             "size_mb": sum(f.stat().st_size for f in artifact_files(path)) / 2 ** 20, "load_rss_mb": rss_mb() - before, "device_mb": device_mb,
              "settings": runner.settings, "notes": notes, "accuracy": None, "latency": {}, "isolated": cfg.isolate}
     # timing first: the run memory is then the timed runner's alone, before the fidelity pass's runner
     rng = np.random.default_rng(0)

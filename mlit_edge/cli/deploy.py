@@ -99,13 +99,16 @@ def export(**kw) -> None:
               type=click.Choice(PRECISIONS),
               help="Carried by the ONNX: fp16 casts (norms, softmax, router, head stay fp32; a GPU format, "
                    "no faster than fp32 on a CPU) or INT8: Q/DQ in TensorRT's recipe for a TensorRT target, "
-                   "integer matmuls for ONNX Runtime (NAME-int8-ort.onnx) for --target onnxruntime.")
+                   "static integer matmuls for ONNX Runtime (NAME-int8-ort.onnx) for --target onnxruntime; both "
+                   "calibrated (--calib-data), so an image's answer does not depend on its batch.")
 @click.option("--onnx", type=click.Path(dir_okay=False), default=None,
               help="Build from an exported ONNX (e.g. calibrated on the workstation, copied to the device).")
 @click.option("--target", default=default(BuildRequest, "target"), show_default=True, type=click.Choice(TARGETS),
               help="auto: TensorRT where it imports, else the ONNX for ONNX Runtime. onnxruntime's fp32 and INT8 "
                    "(NAME-fp32-ort.onnx, NAME-int8-ort.onnx) hold its fused attention kernel (opset 23, ONNX "
-                   "Runtime 1.23 or newer), which TensorRT refuses; fp16 stays the portable graph.")
+                   "Runtime 1.23 or newer), which TensorRT refuses; fp16 stays the portable graph. openvino: an "
+                   "OpenVINO IR (NAME-PRECISION.xml + .bin) of that fused graph; its fp16 computes in bf16 where the "
+                   "CPU has it (pip install 'mlit-edge[openvino]').")
 @click.option("--frontend", default=default(BuildRequest, "frontend"), show_default=True,
               type=click.Choice(FRONTENDS),
               help="torch-tensorrt compiles to_deploy(model) with torch-tensorrt (CUDA workstations, fp32/fp16).")

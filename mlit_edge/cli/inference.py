@@ -60,7 +60,7 @@ MAX_PIXELS = click.option("--max-pixels", default=DEFAULT_MAX_PIXELS, show_defau
               help="Write latency.png and accuracy_latency.png here.")
 @user_errors
 def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **kw) -> None:
-    """Latency, memory, accuracy and fidelity of .plan/.onnx/.pt artifacts against the PyTorch reference.
+    """Latency, memory, accuracy and fidelity of .plan/.onnx/.xml/.pt artifacts against the PyTorch reference.
 
     \b
     Example:
@@ -80,7 +80,8 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
 @click.command()
 @click.argument("images", nargs=-1, required=True, type=click.Path())
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
-              help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
+              help="A .plan (TensorRT), .onnx (ONNX Runtime) or .xml (OpenVINO) built by mlit-edge, with its .json "
+                   "sidecar.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per image.")
 @MAX_PIXELS
@@ -147,7 +148,8 @@ def check_stream_batch(model_path: str, batch: int | None) -> None:
 @click.argument("source")
 @click.argument("output", required=False, type=click.Path(dir_okay=False))
 @click.option("--model", "model_path", required=True, type=click.Path(dir_okay=False),
-              help="A .plan (TensorRT) or .onnx (ONNX Runtime) built by mlit-edge, with its .json sidecar.")
+              help="A .plan (TensorRT), .onnx (ONNX Runtime) or .xml (OpenVINO) built by mlit-edge, with its .json "
+                   "sidecar.")
 @click.option("--results", default=None, type=click.Path(dir_okay=False),
               help="Append the JSON lines to this file instead of printing them.")
 @click.option("--every", default=default(StreamOptions, "every"), show_default=True, type=click.IntRange(min=1),

@@ -47,7 +47,7 @@ def import_trt(target: str | None = None):
     """The TensorRT module of `target` ("tensorrt" or "tensorrt-rtx"), or a one-line error naming what
     to install. Without a target: `tensorrt` where installed, else `tensorrt_rtx`, else None."""
     if target is None:
-        for name in MODULES.values():
+        for name in (m for t, m in MODULES.items() if TABLE[t].parser_graph):  # TensorRT's own, not OpenVINO
             try:
                 return _import(name)
             except ImportError:

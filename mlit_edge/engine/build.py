@@ -83,6 +83,10 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
             logger.info(f"[build] artifact for {row.title}: {final.path} (+ {final.path.name}.json)")
             return BuildResult(final.path, final.record, final.path, plan.target, notes, final.coverage,
                                final.calibration_reused)
+        if builder.publishes:  # its artifact is more than one file, with a record of its own (OpenVINO's IR)
+            record = builder.build(req, plan, source.model, final, trt)
+            return BuildResult(plan.engine, record, final.path, plan.target, notes, final.coverage,
+                               final.calibration_reused)
         result = (_dla_int8_engine if plan.dla_int8 else builder.build)(req, plan, source.model, final, trt)
         fields = engine_record(final.path, final.record, final.sha256, result, local_env(plan.target), plan.target,
                                plan.frontend, plan.device.record() if plan.device else None)
@@ -224,6 +228,18 @@ def _require_torch_tensorrt() -> None:
     require_torch_tensorrt()
 
 
+def _openvino_ir(req: BuildRequest, plan: BuildPlan, model, final: Variant, trt) -> Any:
+    from .ov_build import openvino_ir  # openvino itself is imported inside
+
+    return openvino_ir(req, plan, model, final)
+
+
+def _require_openvino() -> None:
+    from .ov_build import require_openvino
+
+    require_openvino()
+
+
 @dataclass(frozen=True)
 class Builder:
     """How the engine step builds a target's artifact (artifacts.targets: a row's `builder` names one)."""
@@ -231,7 +247,9 @@ class Builder:
     build: Callable[[BuildRequest, BuildPlan, Any, Variant, Any], dict]  # (req, plan, model, final, trt) -> result
     imports_module: bool  # run_build imports the target's module before the source opens and hands it in
     preflight: Callable[[], None] | None = None  # refuses, before any work, a build this machine cannot run
+    publishes: bool = False  # `build` writes the artifact and its sidecar itself and returns the record
 
 
 BUILDERS = {"onnx-parser": Builder(_parsed_engine, True),
-            "torch-tensorrt": Builder(_torch_engine, False, _require_torch_tensorrt)}
+            "torch-tensorrt": Builder(_torch_engine, False, _require_torch_tensorrt),
+            "openvino-ir": Builder(_openvino_ir, False, _require_openvino, publishes=True)}

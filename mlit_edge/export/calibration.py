@@ -6,9 +6,9 @@
    With top-k routing an expert only sees the tokens routed to it, so an expert that receives few
    calibration tokens has its activation ranges set by a handful of samples; we warn and say how
    many images would give it enough.
-3. QDQ from ONNX Runtime's static quantizer in the TensorRT-accepted recipe (`precision.to_int8`),
-   router and LayerNorm in float.
-4. A cache keyed by the hashes of the fp32 ONNX, the calibration manifest and the recipe: an
+3. QDQ from ONNX Runtime's static quantizer, in the TensorRT-accepted recipe (`precision.to_int8`) or in the
+   form ONNX Runtime's CPU kernels run (`precision.to_int8_ort`), router and LayerNorm in float.
+4. A cache keyed by the hashes of the fp32 ONNX, the calibration manifest, the recipe and the flavour: an
    unchanged model and data reuse the calibrated ONNX, any change recalibrates.
 
 Recipes (`calibration/*.json`) name a dataset, split, size and seed; the resolved manifest is
@@ -29,6 +29,7 @@ import numpy as np
 
 from ..base.routing import partial_layers
 from ..artifacts.schema import recorded
+from ..artifacts.targets import FLAVOURS, Flavour
 from ..artifacts.sidecar import atomic_path, publish, temporary_beside, user_fields
 from ..base.textfile import read_json
 from ..artifacts.input_convention import NORMALISED, graph_convention, graph_input, model_input
@@ -38,7 +39,7 @@ from ..runtime.runners import OnnxRuntimeRunner, predict_all
 if TYPE_CHECKING:
     from .handoff import Variant
 
-RECIPE_VERSION = 1  # bump when the quantizer settings in precision.to_int8 change
+RECIPE_VERSION = 2  # bump when the settings of precision.to_int8 or to_int8_ort change (2: int8_recipe.TENSORRT)
 DEFAULT_N = 512
 MIN_EXPERT_TOKENS = 1000  # [ours] fewer routed tokens than this and an expert's MinMax ranges rest on little data
 
@@ -164,10 +165,13 @@ def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
         experts = run.route_experts
     counts = [np.bincount(r.reshape(-1), minlength=e or 0) for r, e in zip(routes, experts)]
     used = len(images)
+    # a layer computed for the dummy token alone (ONNX Runtime's fused graph) is calibrated on every token it will
+    # ever route, one an image, as the head is: no bar of many tokens an expert applies to it
+    alone = partial_layers([int(r.shape[1]) for r in routes], len(routes))
     warnings = []
     for layer, c in enumerate(counts):
         for e, tokens in enumerate(c.tolist()):
-            if tokens >= min_tokens:
+            if tokens >= min_tokens or (alone[layer] and tokens):
                 continue
             if tokens == 0:
                 warnings.append(f"layer {layer} expert {e}: no calibration token was routed to it; its activations "
@@ -190,7 +194,8 @@ def format_coverage(cov: dict) -> str:
     lines = [f"routing coverage on {cov['images']} calibration images (tokens per expert, {floor}):"]
     alone = partial_layers(cov.get("routed_tokens"), len(cov["tokens"]))
     for layer, (tokens, share) in enumerate(zip(cov["tokens"], cov["share"])):
-        cells = " ".join(f"{t:>7d} ({s:4.0%}){'!' if t < cov['min_tokens'] else ' '}" for t, s in zip(tokens, share))
+        low = [t < cov["min_tokens"] and not (alone[layer] and t) for t in tokens]
+        cells = " ".join(f"{t:>7d} ({s:4.0%}){'!' if lo else ' '}" for t, s, lo in zip(tokens, share, low))
         lines.append(f"  layer {layer:2d}: {cells}{'  (the dummy token alone)' if alone[layer] else ''}")
     lines += [f"  warning: {w}" for w in cov["warnings"]]
     return "\n".join(lines)
@@ -203,11 +208,12 @@ def default_cache_dir() -> Path:
     return Path(base) / "mlit-edge" / "calibration"
 
 
-def cache_key(onnx_sha256: str, manifest_sha256: str) -> str:
-    """The same fp32 graph, the same calibration images and the same recipe give the same key."""
+def cache_key(onnx_sha256: str, manifest_sha256: str, tag: str = "int8") -> str:
+    """The same fp32 graph, the same calibration images, the same recipe and the same flavour (`tag`: TensorRT's
+    int8, ONNX Runtime's int8-ort) give the same key; two flavours never share one."""
     import onnxruntime
 
-    raw = f"{onnx_sha256}|{manifest_sha256}|recipe-v{RECIPE_VERSION}|onnxruntime-{onnxruntime.__version__}"
+    raw = f"{onnx_sha256}|{manifest_sha256}|recipe-v{RECIPE_VERSION}|onnxruntime-{onnxruntime.__version__}|{tag}"
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
@@ -218,14 +224,16 @@ class Calibrated(NamedTuple):
 
 
 def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cache_dir: str | Path | None = None,
-                   coverage: dict | None = None, source: "Variant | None" = None) -> Calibrated:
-    """Write to `out` the INT8 QDQ ONNX of the fp32 `src`; returns its sidecar fields, whether it came from
-    the cache, and its graph. `source`: the fp32 artifact as the run holds it (record and parsed graph).
+                   coverage: dict | None = None, source: "Variant | None" = None,
+                   flavour: Flavour = FLAVOURS[("int8", "tensorrt")]) -> Calibrated:
+    """Write to `out` the INT8 QDQ ONNX of the fp32 `src` in `flavour` (TensorRT's Q/DQ, or ONNX Runtime's static
+    graph); returns its sidecar fields, whether it came from the cache, and its graph. `source`: the fp32 artifact
+    as the run holds it (record and parsed graph).
 
     The calibrated graph is cached under `cache_dir` by `cache_key`; a hit copies it instead of
     running the quantizer again. `cache_dir=None` disables the cache.
     """
-    from .precision import fp32_source, to_int8
+    from .precision import fp32_source, to_int8, to_int8_ort
 
     src, out = Path(src), Path(out)
     source = fp32_source(src, source)
@@ -235,8 +243,8 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
                   "stratified": True, "per_class": manifest["per_class"]}
     if coverage is not None:
         calib_info["coverage"] = {k: coverage[k] for k in ("tokens", "min_tokens", "warnings")}
-    key = cache_key(source.sha256, manifest["sha256"])
-    cached = Path(cache_dir) / f"{key}.int8.onnx" if cache_dir else None
+    key = cache_key(source.sha256, manifest["sha256"], flavour.tag)
+    cached = Path(cache_dir) / f"{key}.{flavour.tag}.onnx" if cache_dir else None
     if cached is not None and cached.is_file():
         try:
             cached_record = recorded(cached)  # the cached file is intact
@@ -248,7 +256,8 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
             info.pop("cache_key", None)
             info["calibration"] = {**info["calibration"], **calib_info}
             return Calibrated(info, True, None)
-    info, proto = to_int8(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
+    make = {"int8-qdq": to_int8, "int8-static": to_int8_ort}[flavour.maker]
+    info, proto = make(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with temporary_beside(cached) as tmp:

@@ -72,6 +72,8 @@ def export_artifacts(plan: BuildPlan, source: Source, opts: ExportOptions) -> Ex
                     opts.min_expert_tokens, plan.evaluate, plan.torch, held_out)
     for v in plan.variants:
         variants[v.precision] = make_variant(fp32, v.flavour, inputs, v.path)
+    for p in plan.precisions:  # a precision the target's builder applies (resolve: maker "export") is the fp32 graph
+        variants.setdefault(p, fp32)
     if source.precision in plan.precisions:  # the variants said theirs as they were measured
         top1 = variants[source.precision].record.top1
         logger.info(f"[export 3/3] {source.precision}: top-1 measured on export: {top1:.4f}" if top1 is not None else

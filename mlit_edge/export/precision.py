@@ -3,23 +3,30 @@
 - fp16 (`fp16.to_fp16`): everything converted except LayerNorm (the op, or the nodes it was decomposed into for TensorRT
   8.5: legacy_graph.layernorm_island), Softmax, the router (gate logits, TopK and the gate matrix built
   from it) and the classification head, which stay fp32; the graph's input and outputs keep their types.
-- INT8: QDQ from ONNX Runtime's static quantizer in the recipe TensorRT(-RTX) accepts: symmetric
-  activations and per-channel symmetric weights, biases unquantized, only the MatMul/Gemm/Conv layers
+- INT8 for TensorRT (`to_int8`): QDQ from ONNX Runtime's static quantizer in the recipe TensorRT(-RTX) accepts:
+  symmetric activations and per-channel symmetric weights, biases unquantized, only the MatMul/Gemm/Conv layers
   that carry weights; the router and the activation-by-activation MatMuls stay in float.
-Both stay runnable by ONNX Runtime on CPU, so their accuracy can be measured anywhere.
+- INT8 for ONNX Runtime (`to_int8_ort`): the same quantizer and calibration, in the form ONNX Runtime's CPU fuses
+  into integer kernels (uint8 activations, int32 biases, MatMul/Gemm only); every scale fixed, so no logit
+  depends on the batch.
+All stay runnable by ONNX Runtime on CPU, so their accuracy can be measured anywhere.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
+from . import smoothing
 from .quiet import quiet
-from ..runtime.runners import load_onnx
+from ..runtime.runners import OnnxRuntimeRunner, load_onnx
 from ..artifacts.sidecar import user_fields
 from .handoff import Variant
+# the router and activation matmuls are read here by name (tests, engine)
+from .int8_recipe import (ONNXRUNTIME, PATCH, TENSORRT, Int8Recipe, activation_matmuls, float_nodes,  # noqa: F401
+                          router_nodes)
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
 
@@ -29,55 +36,6 @@ class Converted(NamedTuple):
 
     info: dict
     proto: Any
-
-
-def router_nodes(model) -> set[str]:
-    """Names of the routing nodes: each TopK, the MatMul/Gemm producing its input, and every node fed only
-    by routing nodes or constants (the softmax over the top k, the one-hot gate matrix)."""
-    producers = {o: n for n in model.graph.node for o in n.output}
-    constants = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
-                                                            if n.op_type == "Constant"}
-    routed: set[str] = set()
-    routed_outputs: set[str] = set()
-    for node in model.graph.node:
-        if node.op_type == "TopK":
-            src = producers.get(node.input[0])
-            while src is not None and src.op_type not in ("MatMul", "Gemm"):  # through a Reshape, if any
-                src = producers.get(src.input[0])
-            for n in (node, src):
-                if n is not None:
-                    routed.add(n.name)
-                    routed_outputs.update(n.output)
-    changed = True
-    while changed:  # the graph is topologically sorted, but one more sweep keeps this robust
-        changed = False
-        for node in model.graph.node:
-            if node.name in routed or node.op_type == "Constant":
-                continue
-            ins = [i for i in node.input if i]
-            if ins and any(i in routed_outputs for i in ins) and all(i in routed_outputs or i in constants
-                                                                     for i in ins):
-                routed.add(node.name)
-                routed_outputs.update(node.output)
-                changed = True
-    return routed
-
-
-def activation_matmuls(model) -> set[str]:
-    """MatMuls of two activations (attention scores, attention x values, gates x experts): no weight to
-    quantize per channel, and the softmax/gate operands lose most of their precision in int8."""
-    weights = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
-                                                          if n.op_type == "Constant"}
-    producers = {o: n for n in model.graph.node for o in n.output}
-
-    def from_weight(name: str) -> bool:
-        node = producers.get(name)  # a weight may reach the MatMul through a Transpose or Reshape
-        while node is not None and node.op_type in ("Transpose", "Reshape", "Cast") and node.input[0] not in weights:
-            node = producers.get(node.input[0])
-        return name in weights or (node is not None and node.op_type in ("Transpose", "Reshape", "Cast")
-                                   and node.input[0] in weights)
-
-    return {n.name for n in model.graph.node if n.op_type == "MatMul" and not any(from_weight(i) for i in n.input)}
 
 
 def head_nodes(model) -> set[str]:
@@ -167,9 +125,10 @@ class _Reader:
 
 
 def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dict, batch: int = 32,
-            source: "Variant | None" = None) -> Converted:
+            source: "Variant | None" = None, recipe: Int8Recipe = TENSORRT) -> Converted:
     """Write to `out` the INT8 QDQ ONNX of `src` calibrated on `calib` (N, 3, S, S) float32; returns its
-    sidecar fields and its graph. Only TensorRT's flavour is made this way (`flavours.FLAVOURS`)."""
+    sidecar fields and its graph. Only TensorRT's flavour is made this way (`flavours.FLAVOURS`). `recipe`:
+    the layers kept in float and the calibration method (`int8_recipe`)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -177,8 +136,8 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
     source = fp32_source(src, source)
-    model = source.graph()
-    exclude = sorted(router_nodes(model) | activation_matmuls(model))
+    model, smoothed = smoothing.apply(source.graph(), recipe, calib)  # exact; the same graph when not asked
+    exclude = sorted(float_nodes(model, recipe))
     # what a weakly typed TensorRT 8.x build pins to fp32: not the layers Q/DQ makes INT8 (the head's Gemm),
     # whose explicit precision a pin would contradict
     ops = {n.name: n.op_type for n in model.graph.node}
@@ -191,41 +150,104 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
         quantize_static(model, str(out), _Reader(input_name, batches), quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=["MatMul", "Gemm", "Conv"], per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude,
+                        calibrate_method=CalibrationMethod[recipe.method], nodes_to_exclude=exclude,
                         extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                                        "QuantizeBias": False, "DedicatedQDQPair": True})
     quantized = load_onnx(out)
     float_inputs(quantized, set(exclude))
     set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
+    calibration = {**calib_info, "images": int(len(calib)), "method": f"{recipe.method}, symmetric, per-channel weights",
+                   "float_nodes": len(exclude), **recipe.record(model, set(exclude)),
+                   **({"smoothing": smoothed} if smoothed else {})}
     return Converted(derived_record(source, "int8", {"runtime": "tensorrt", "fp32_layers": fp32_layers,
-                                                      "calibration": {**calib_info, "images": int(len(calib)),
-                                                                      "method": "MinMax, symmetric, per-channel weights",
-                                                                      "float_nodes": len(exclude)}}), quantized)
+                                                      "calibration": calibration}), quantized)
 
 
-def to_int8_dynamic(src: str | Path, out: str | Path, coverage: dict | None = None,
-                    source: "Variant | None" = None) -> Converted:
-    """Write to `out` the INT8 ONNX of `src` that ONNX Runtime's CPU kernels run fastest (measured against
-    static QDQ and QOperator graphs: docs/export-and-build.md): int8 per-channel weights, each call's activations
-    quantized from their own range (DynamicQuantizeMatMul on VNNI/AVX2), the router and the
-    activation-by-activation matmuls in float. Returns its sidecar fields and graph. ONNX Runtime only."""
+def split_residual_gemms(model, skip: set[str]) -> int:
+    """Rewrite each Gemm not in `skip` whose C is an activation (the attention's output projection adding the
+    residual) as a MatMul of the same name and a Sum, in place; returns how many. A static QGemm takes only a
+    constant C, and a Gemm left with dequantized weights runs ONNX Runtime's float kernel, whose one-row path
+    rounds differently from its many-row one: an image's logits would then depend on its batch. A Sum, not an
+    Add: ONNX Runtime fuses MatMul + Add back into that Gemm before it fuses Q/DQ into MatMulIntegerToFloat."""
+    from onnx import helper
+
+    constants = {t.name for t in model.graph.initializer}
+    nodes, split = [], 0
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        plain = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA", 0)
+        if (node.op_type != "Gemm" or node.name in skip or len(node.input) < 3 or node.input[2] in constants
+                or not plain or attrs.get("transB", 0) or node.input[1] not in constants):
+            nodes.append(node)
+            continue
+        product = f"{node.output[0]}_matmul"
+        nodes += [helper.make_node("MatMul", node.input[:2], [product], name=node.name),
+                  helper.make_node("Sum", [product, node.input[2]], [node.output[0]], name=f"{node.name}_residual")]
+        split += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return split
+
+
+def batch_drift(path: Path, images: np.ndarray, session: Mapping, batch: int = 16) -> dict:
+    """How far any logit of `images[:batch]` moves between running them one at a time and as one batch (ONNX
+    Runtime, with the artifact's `session` options): 0 where no image's answer depends on its batch-mates."""
+    x = images[:batch]
+    with OnnxRuntimeRunner(path, session=session) as run:
+        whole = run.infer({run.input_name: x})["logits"]
+        alone = np.concatenate([run.infer({run.input_name: x[i:i + 1]})["logits"] for i in range(len(x))])
+    return {"images": len(x), "batches": [1, len(x)], "max_abs_logit": float(np.abs(whole - alone).max())}
+
+
+def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dict, batch: int = 32,
+                source: "Variant | None" = None, recipe: Int8Recipe = ONNXRUNTIME) -> Converted:
+    """Write to `out` the static INT8 ONNX of `src` for ONNX Runtime's CPU kernels, calibrated on `calib`
+    (N, 3, S, S) float32; returns its sidecar fields and graph. ONNX Runtime only.
+
+    Every scale is fixed by calibration, so an image's logits do not depend on its batch-mates (the dynamic
+    graph before issue 49 quantized each call's activations from the whole batch's range). The form is the one
+    ONNX Runtime fuses into integer kernels alone, measured the fastest static form (docs/export-and-build.md):
+    uint8 asymmetric activations, int8 symmetric per-channel weights, int32 biases, MatMul and Gemm with float
+    outputs (MatMulIntegerToFloat, QGemm). No weighted matmul is left to a float kernel reading dequantized
+    weights, whose rounding changes with the batch. The patch embedding's Conv stays float: its only static
+    kernel (QLinearConv) requantizes its output, which measured slower. `recipe`: what else stays float
+    (`int8_recipe`)."""
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     src, out = Path(src), Path(out)
+    if calib.ndim != 4 or len(calib) == 0:
+        raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
     source = fp32_source(src, source)
-    model = source.graph()
-    exclude = sorted(router_nodes(model) | activation_matmuls(model))
+    model, smoothed = smoothing.apply(source.graph(), recipe, calib)  # exact; the same graph when not asked
+    exclude = sorted(float_nodes(model, recipe))  # named before the split, which keeps each Gemm's name
+    split_residual_gemms(model, set(exclude))
+    fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
+    step = fixed.dim_value if fixed.HasField("dim_value") else batch
+    batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
     with quiet():
-        quantize_dynamic(model, str(out), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
-                         weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
+        quantize_static(model, str(out), _Reader(model.graph.input[0].name, batches), quant_format=QuantFormat.QDQ,
+                        op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod[recipe.method], nodes_to_exclude=exclude,
+                        extra_options={"ActivationSymmetric": False, "WeightSymmetric": True, "QuantizeBias": True,
+                                       "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"]})
     quantized = load_onnx(out)
+    float_inputs(quantized, set(exclude))
     set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
-    quantization = {"mode": "dynamic", "weights": "int8, symmetric, per output channel",
-                    "activations": "uint8 from each call's own range (no calibration set)", "float_nodes": len(exclude)}
-    if coverage is not None:
-        quantization["coverage"] = {k: coverage[k] for k in ("tokens", "min_tokens", "warnings")}
-    return Converted(derived_record(source, "int8", {"runtime": "onnxruntime", "quantization": quantization}),
-                     quantized)
+    # a graph of one fixed batch has no other batch to differ from
+    drift = None if fixed.HasField("dim_value") else batch_drift(out, calib, source.record.ort_session)
+    floats = set(exclude) | {n.name for n in model.graph.node if n.op_type == "Conv"}
+    kept = recipe.record(model, floats)
+    kept["float"] = list(dict.fromkeys([*kept["float"], PATCH]))  # the form quantizes MatMul and Gemm alone
+    quantization = {"mode": "static", "format": "QDQ for MatMulIntegerToFloat and QGemm",
+                    "weights": "int8, symmetric, per output channel", "biases": "int32",
+                    "activations": f"uint8, asymmetric, scales fixed by calibration ({recipe.method})",
+                    "float_nodes": len(floats), "batch_drift": drift, **kept,
+                    **({"smoothing": smoothed} if smoothed else {})}
+    calibration = {**calib_info, "images": int(len(calib)),
+                   "method": f"{recipe.method}, asymmetric uint8 activations, per-channel weights"}
+    return Converted(derived_record(source, "int8", {"runtime": "onnxruntime", "quantization": quantization,
+                                                      "calibration": calibration}), quantized)

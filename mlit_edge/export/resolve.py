@@ -147,7 +147,8 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
     if source.onnx:  # an artifact made for one runtime is refused by another, in one line
         from ..artifacts.graph_scan import check_not_onnxruntime_only
 
-        check_runtime(source.record, runtime, source.onnx)
+        if source.record.runtime not in row.reads:
+            check_runtime(source.record, runtime, source.onnx)
         if row.parser_graph:  # a foreign file without our sidecar can still be the ONNX Runtime flavour
             check_not_onnxruntime_only(source.onnx.read_bytes(), source.onnx)
     if source.onnx and source.precision not in ("fp32", *precisions):
@@ -155,10 +156,11 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
                          f"(or pass the fp32 ONNX to make a {precisions[-1]} one)")
     notes += [row.notes[p] for p in precisions if p in row.notes]
     # variants are named after the fp32 export of the output folder, even when made from a given ONNX
+    # a flavour the export itself makes ("export": OpenVINO's precision is its IR's hint) is no variant file
     variants = tuple(VariantPlan(flavour(p, runtime), variant_path(named, p, runtime=runtime)) for p in precisions
-                     if p != source.precision)
+                     if p != source.precision and flavour(p, runtime).maker != "export")
     int8 = [v for v in variants if v.flavour.maker.startswith("int8")]
-    if any(v.flavour.maker == "int8-qdq" for v in int8) and not torch:
+    if int8 and not torch:  # both INT8 flavours calibrate
         raise RuntimeError("INT8 calibration reads a dataset, which needs torch: calibrate on the workstation "
                            "(mlit-edge build --precision int8 --target onnxruntime) and copy the INT8 ONNX here")
     device = _device(req, source, row, trt_version, notes)

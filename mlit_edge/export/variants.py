@@ -84,7 +84,9 @@ def routing_report(parity: dict, precision: str) -> str:
     if weak:
         lines.append(f"      warning: in {precision}, layer(s) {', '.join(map(str, weak))} route more than "
                      f"{100 * (1 - ROUTING_WARN):.0f}% of tokens to other experts: their clean margins are small "
-                     "against the rounding error (train with --gating annealed, or check accuracy with bench)")
+                     "against the rounding error, mostly the INT8 activations' in every layer before them (train with "
+                     "--gating annealed, or check accuracy with bench; benchmarks/int8_sensitivity.py measures what "
+                     "keeping layers in float buys)")
     return "\n".join(lines)
 
 
@@ -111,9 +113,8 @@ class Inputs:
 def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) -> Variant:
     """The variant of the fp32 artifact `src` in `flavour` at `final`, measured and published with its sidecar."""
     from .fp16 import to_fp16
-    from .precision import to_int8_dynamic
 
-    if flavour.maker not in ("fp16", "int8-qdq", "int8-dynamic"):
+    if flavour.maker not in ("fp16", "int8-qdq", "int8-static"):
         raise ValueError(f"{flavour.tag} is made by the export itself, not as a variant")
     coverage = reused = None
     proto = None
@@ -121,29 +122,25 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
         if flavour.maker == "fp16":
             logger.info(f"[export 2/3] fp16 {final} ({flavour.about})")
             info, proto = to_fp16(src.path, tmp, source=src)
-        elif flavour.maker == "int8-dynamic":
-            logger.info(f"[export 2/3] int8 for ONNX Runtime {final}: {flavour.about}")
-            if inputs.torch:  # the routing report reads a dataset; a device without torch skips it
-                # no minimum: nothing is calibrated (each call's activations are quantized from their own range),
-                # and the fused graph routes only the dummy token in its last layer
-                calib = inputs.calibration()
-                coverage = routing_coverage(src.path, calib.images, min_tokens=0, proto=src.graph(),
-                                            normalisation=calib.normalisation)
-                log_lines(logger, format_coverage(coverage))
-            info, proto = to_int8_dynamic(src.path, tmp, coverage, source=src)
-        else:
+        else:  # INT8, calibrated either way: TensorRT's Q/DQ or ONNX Runtime's static integer graph
             recipe = inputs.recipe
-            logger.info(f"[export 2/3] int8: calibration set of {recipe.n} images, stratified, from {recipe.dataset} "
-                        f"{recipe.split} (seed {recipe.seed})")
+            logger.info(f"[export 2/3] {flavour.tag} ({flavour.about}): calibration set of {recipe.n} images, "
+                        f"stratified, from {recipe.dataset} {recipe.split} (seed {recipe.seed})")
             calib = inputs.calibration()
-            manifest = write_manifest(calib.manifest, final.with_name(f"{artifact_stem(final)}-int8.calib.json"))
+            manifest = write_manifest(calib.manifest,
+                                      final.with_name(f"{artifact_stem(final)}-{flavour.tag}.calib.json"))
             coverage = routing_coverage(src.path, calib.images, min_tokens=inputs.min_expert_tokens,
                                         available=calib.manifest["split_size"], proto=src.graph(),
                                         normalisation=calib.normalisation)
             log_lines(logger, format_coverage(coverage))
-            info, reused, proto = calibrate_int8(src.path, tmp, calib, inputs.cache_dir, coverage, source=src)
-            logger.info(f"      QDQ {final}: " + ("reused the cached calibration (same model and data)" if reused else
-                                          f"calibrated; manifest {manifest.name}"))
+            info, reused, proto = calibrate_int8(src.path, tmp, calib, inputs.cache_dir, coverage, source=src,
+                                                 flavour=flavour)
+            logger.info(f"      {final}: " + ("reused the cached calibration (same model and data)" if reused else
+                                            f"calibrated; manifest {manifest.name}"))
+            drift = info.get("quantization", {}).get("batch_drift")
+            if drift:
+                logger.info(f"      logits of {drift['images']} images one at a time vs in one batch: max abs "
+                            f"difference {drift['max_abs_logit']:.1e}")
         info.update(measure(tmp, ArtifactRecord.from_json(info), inputs.model, inputs.evaluate, inputs.data_root,
                             held_out=inputs.held_out, proto=proto))
         record = ArtifactRecord.from_json(publish(tmp, final, info))

@@ -55,6 +55,12 @@ def artifact_format(path: str | Path) -> Format:
     raise ValueError(f"{path}: unknown artifact type {suffix or '(none)'}; expected one of {known}")
 
 
+def artifact_files(path: str | Path) -> list[Path]:
+    """The files an artifact is made of: `path` and its format's companions (an OpenVINO IR's .bin)."""
+    path = Path(path)
+    return [path, *(path.with_suffix(s) for s in artifact_format(path).companions)]
+
+
 def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), content: bytes | None = None,
                   openers: Mapping[str, "Opener"] | None = None) -> tuple[Runner, ArtifactRecord]:
     """The runner for `path` (not yet open: `with runner:`) and its verified sidecar record.
@@ -67,7 +73,7 @@ def open_artifact(path: str | Path, options: RunnerOptions = RunnerOptions(), co
     opener = (openers or {}).get(fmt.name) or OPENERS.get(fmt.name)
     if opener is None:
         raise ValueError(f"{path}: a {fmt.name} file is opened by the workstation's bench, not the runtime, "
-                         "which runs .plan and .onnx artifacts (build one with mlit-edge build)")
+                         "which runs .plan, .onnx and .xml artifacts (build one with mlit-edge build)")
     if content is None:
         content = require_file(path).read_bytes()
     return opener(path, content, options)
@@ -104,8 +110,14 @@ def open_plan(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runne
     return TensorRTRunner(path, cuda_graph=options.cuda_graph, verified=(content, record)), record
 
 
+def open_openvino(path: Path, content: bytes, options: RunnerOptions) -> tuple[Runner, ArtifactRecord]:
+    from .ov_runner import open_ir
+
+    return open_ir(path, content, options.threads, options.routing)
+
+
 Opener = Callable[[Path, bytes, RunnerOptions], Tuple[Runner, ArtifactRecord]]  # evaluated: typing's Tuple for 3.8
 
 # each format's opener (artifacts.targets.FORMATS); a format without one is handed in by the stage that can open it
 # (a checkpoint needs torch)
-OPENERS: dict[str, Opener] = {"tensorrt": open_plan, "onnxruntime": open_onnx}
+OPENERS: dict[str, Opener] = {"tensorrt": open_plan, "onnxruntime": open_onnx, "openvino": open_openvino}

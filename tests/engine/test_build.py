@@ -22,6 +22,7 @@ from mlit_edge.engine.plan import write_plan
 from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
 from mlit_edge.devices.trt_env import import_trt  # noqa: E402
 from mlit_edge.artifacts.schema import ArtifactRecord  # noqa: E402
+from mlit_edge.artifacts.targets import FLAVOURS  # noqa: E402
 from mlit_edge.artifacts.sidecar import read_sidecar, sidecar_path  # noqa: E402
 from tests.helpers import CLI, ENV, ROOT, export_tiny, run_cli, tiny_model  # noqa: E402
 
@@ -74,7 +75,11 @@ def test_routing_coverage_counts_every_token_and_matches_pytorch(tiny_onnx, cali
         # images x tokens x k: no token is dropped (the last layer routes the dummy token alone)
         assert top_i.shape[1] == (1 if layer == len(routes) - 1 else 145) and sum(tokens) == 128 * top_i.shape[1] * 2
         assert tokens == np.bincount(top_i.numpy().reshape(-1), minlength=len(tokens)).tolist()
-    assert len(cov["warnings"]) == sum(len(t) for t in cov["tokens"])  # every expert under an impossible bar
+    # every expert under an impossible bar, but in the last layer: it routes the dummy token alone, each image's
+    # one as the calibration sees it, so only an expert no token reaches there is named
+    last = cov["tokens"][-1]
+    assert len(cov["warnings"]) == sum(len(t) for t in cov["tokens"][:-1]) + sum(t == 0 for t in last)
+    assert not any(w.startswith(f"layer {len(cov['tokens']) - 1} ") and "tokens (<" in w for w in cov["warnings"])
     zero = sum(t == 0 for layer in cov["tokens"] for t in layer)
     assert sum("--calib-n" in w for w in cov["warnings"]) == len(cov["warnings"]) - zero
     assert len(routing_coverage(tiny_onnx, calib.images, min_tokens=1)["warnings"]) == zero
@@ -97,6 +102,12 @@ def test_calibration_cache_reused_unless_model_or_data_change(tiny_onnx, calib, 
     _, reused, _ = calibrate_int8(other_model, tmp_path / "d.int8.onnx", calib, cache)
     assert not reused
     assert len(list(cache.glob("*.int8.onnx"))) == 3
+    # ONNX Runtime's INT8 of the same graph and images is its own entry, never TensorRT's file
+    ort = FLAVOURS[("int8", "onnxruntime")]
+    for reuse in (False, True):
+        rec_o, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "e.int8.onnx", calib, cache, flavour=ort)
+        assert reused is reuse and rec_o["quantization"]["mode"] == "static" and rec_o["runtime"] == "onnxruntime"
+    assert len(list(cache.glob("*.int8-ort.onnx"))) == 1 and len(list(cache.glob("*.int8.onnx"))) == 3
 
 
 # --- engines: sidecar, sha256, version and device checks ------------------------------------------
@@ -358,8 +369,9 @@ def test_variant_sidecars_keep_parity_and_accuracy_on_a_trained_checkpoint(train
 
 @pytest.mark.slow
 def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(trained_checkpoint, tmp_path):
-    """`--target onnxruntime --precision int8` makes the graph ONNX Runtime runs fastest (integer matmuls,
-    router in float); its sidecar names the runtime, and the TensorRT paths refuse it in one line."""
+    """`--target onnxruntime --precision int8` makes the static INT8 graph ONNX Runtime runs on integer kernels
+    (scales fixed by calibration, router in float) from the fused graph, whose attention op it keeps; its sidecar
+    names the runtime and the calibration, and the TensorRT paths refuse it in one line."""
     from mlit_edge.engine.build import BuildRequest, run_build
     from mlit_edge.export.precision import router_nodes
 
@@ -370,10 +382,13 @@ def test_int8_for_onnxruntime_runs_integer_kernels_and_is_refused_by_tensorrt(tr
     record = read_sidecar(art)
     assert art.name == "mlit-xxs-custom-int8-ort.onnx" and record["runtime"] == "onnxruntime"
     assert record["attention"]["form"] == "onnx" and record["source_onnx"] == "mlit-xxs-custom-fp32-ort.onnx"
-    assert record["quantization"]["mode"] == "dynamic" and record["quantization"]["coverage"]["tokens"]
+    assert record["quantization"]["mode"] == "static" and record["calibration"]["coverage"]["tokens"]
+    assert record["quantization"]["batch_drift"]["max_abs_logit"] <= 1e-4
+    assert record["calibration"]["manifest_sha256"] in (tmp_path / "mlit-xxs-custom-int8-ort.calib.json").read_text()
     assert record["parity"]["top1_agreement"] >= 0.95 and record["accuracy"]["top1"] > 0.5
     graph = onnx.load(str(art)).graph
-    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in graph.node}
+    ops = {n.op_type for n in graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear", "Attention"} <= ops and "DynamicQuantizeLinear" not in ops
     routers = router_nodes(onnx.load(str(tmp_path / "mlit-xxs-custom-fp32-ort.onnx")))  # its fused source
     producers = {o: n.op_type for n in graph.node for o in n.output}
     weights = {t.name for t in graph.initializer}

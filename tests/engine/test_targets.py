@@ -40,8 +40,8 @@ def test_the_schema_accepts_each_targets_graph_and_nothing_else(tmp_path):
     assert RUNTIMES == ("any", *dict.fromkeys(t.graph for t in TABLE.values()))
     for runtime in RUNTIMES:
         check_record({"runtime": runtime}, tmp_path / "m.onnx")
-    with pytest.raises(SidecarError, match="runtime is 'openvino'"):
-        check_record({"runtime": "openvino"}, tmp_path / "m.onnx")
+    with pytest.raises(SidecarError, match="runtime is 'coreml'"):
+        check_record({"runtime": "coreml"}, tmp_path / "m.onnx")
     for precision in targets.PRECISIONS:
         check_record({"precision": precision}, tmp_path / "m.onnx")
 
@@ -50,7 +50,7 @@ def test_the_loader_knows_each_formats_suffixes_and_opens_what_each_target_makes
     for fmt in FORMATS.values():
         assert all(artifact_format(f"m{s.upper()}").name == fmt.name for s in fmt.suffixes)
     with pytest.raises(ValueError) as e:
-        artifact_format(tmp_path / "m.xml")
+        artifact_format(tmp_path / "m.mlpackage")
     assert e.value.args[0].endswith(", ".join(s for f in FORMATS.values() for s in f.suffixes))
     assert {t.format for t in TABLE.values()} <= set(OPENERS) <= set(FORMATS)
 

@@ -90,13 +90,14 @@ def test_kind_cpu_keeps_the_config_of_old(variants, tmp_path):
 
 
 def test_an_onnxruntime_int8_artifact_is_refused_for_the_gpu_and_served_on_the_cpu(variants, tmp_path):
-    """The -int8-ort graph's integer matmuls are no TensorRT graph (onnx-tensorrt's operators.md: MatMulInteger
-    and DynamicQuantizeLinear unsupported): the GPU default says so in one line with the fix, --kind cpu serves it."""
+    """The -int8-ort graph is made for ONNX Runtime's CPU integer kernels (sidecar runtime "onnxruntime"), not for
+    TensorRT: the GPU default says so in one line with the fix, --kind cpu serves it."""
     import onnx
 
     art = variants["int8-ort"]
     assert read_sidecar(art)["runtime"] == "onnxruntime"
-    assert "MatMulInteger" in {n.op_type for n in onnx.load(str(art), load_external_data=False).graph.node}
+    ops = {n.op_type for n in onnx.load(str(art), load_external_data=False).graph.node}
+    assert "QuantizeLinear" in ops and "DynamicQuantizeLinear" not in ops  # static: its scales fixed at calibration
     refused([art], tmp_path / "repo", "was made for ONNX Runtime's CPU kernels", "pass --kind cpu")
     cfg = exported(art, tmp_path / "repo", "--kind", "cpu")
     assert kind(cfg) == ["KIND_CPU"] and not cfg.HasField("optimization")

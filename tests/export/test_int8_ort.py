@@ -1,0 +1,51 @@
+"""The INT8 graph made for ONNX Runtime (int8-ort, issue 49 item 1): static scales fixed by calibration, so an
+image's logits do not depend on the images batched with it."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
+from mlit_edge.export.calibration import Recipe  # noqa: E402
+from mlit_edge.export.handoff import HeldOut  # noqa: E402
+from mlit_edge.export.precision import float_nodes  # noqa: E402
+from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
+from mlit_edge.runtime.runners import OnnxRuntimeRunner  # noqa: E402
+
+
+def batch_drift(path: Path, images: np.ndarray) -> float:
+    """The largest change of any logit between running `images` one at a time, in batches of 8 and all at once."""
+    with OnnxRuntimeRunner(path, threads=2) as run:
+        def logits(batch: int) -> np.ndarray:
+            return np.concatenate([run.infer({"images": images[i:i + batch]})["logits"]
+                                   for i in range(0, len(images), batch)])
+
+        whole = logits(len(images))
+        return max(float(np.abs(logits(b) - whole).max()) for b in (1, 8))
+
+
+def test_int8_ort_gives_an_image_the_same_logits_in_any_batch(tiny_onnx, tmp_path):
+    """The static graph on the tiny portable export (the fused source's own run is the slow build test's:
+    tests/engine/test_build.py); the dynamic graph it replaced fails the same check."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    art = variant_of(tiny_onnx, "int8", Inputs(recipe=Recipe("mnist5k", "train", 64, 0), evaluate=False),
+                     runtime="onnxruntime", folder=tmp_path).path
+    images = HeldOut("mnist5k").sample(48)
+    assert batch_drift(art, images) <= 1e-4
+    record = read_sidecar(art)
+    assert art.name == "mlit-tiny-int8-ort.onnx" and record["runtime"] == "onnxruntime"
+    assert record["quantization"]["mode"] == "static" and record["quantization"]["batch_drift"]["max_abs_logit"] <= 1e-4
+    manifest = (tmp_path / "mlit-tiny-int8-ort.calib.json").read_text()
+    assert record["calibration"]["manifest_sha256"] in manifest and record["calibration"]["images"] == 64
+    ops = {n.op_type for n in onnx.load(str(art)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops and "DynamicQuantizeLinear" not in ops
+    # the graph int8-ort was before: each call quantizes its activations from the whole batch's range
+    dynamic = tmp_path / "dynamic.onnx"
+    model = onnx.load(str(tiny_onnx))
+    quantize_dynamic(model, str(dynamic), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
+                     weight_type=QuantType.QInt8, nodes_to_exclude=sorted(float_nodes(model)))
+    assert batch_drift(dynamic, images) > 1e-3
