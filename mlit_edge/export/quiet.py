@@ -3,6 +3,7 @@ so that mlit-edge's own one-line reports stay readable. Errors still propagate."
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import warnings
 from typing import Iterator
@@ -16,7 +17,9 @@ def quiet() -> Iterator[None]:
     try:
         for name in LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)
-        with warnings.catch_warnings():
+        # ONNX Runtime's Percentile/Entropy calibrators print() their progress: on stdout it would land among the
+        # lines a script reads from `mlit-edge build` (the artifact's path)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:

@@ -117,3 +117,13 @@ def test_mac_share_counts_what_stays_int8(tiny_onnx):
     today = int8_mac_share(fp32, float_nodes(fp32, TODAY))
     parts = sum(today - int8_mac_share(fp32, float_nodes(fp32, Int8Recipe(classes=(c,)))) for c in everything.classes)
     assert 0 < today < 1 and parts == pytest.approx(today)
+
+
+def test_quantizer_prints_stay_off_stdout(capsys):
+    """ONNX Runtime's Percentile calibrator print()s its progress; `mlit-edge build` prints the artifact's path on
+    stdout for scripts, so the quantizer's chatter must not land there."""
+    from mlit_edge.export.quiet import quiet
+
+    with quiet():
+        print("Collecting tensor data and making histogram ...")
+    assert capsys.readouterr().out == ""
