@@ -39,7 +39,7 @@ from ..runtime.runners import OnnxRuntimeRunner, predict_all
 if TYPE_CHECKING:
     from .handoff import Variant
 
-RECIPE_VERSION = 2  # bump when the settings of precision.to_int8 or to_int8_ort change (2: int8_recipe.TENSORRT)
+RECIPE_VERSION = 3  # bump when the settings of precision.to_int8 or to_int8_ort change (3: int8_recipe.ONNXRUNTIME)
 DEFAULT_N = 512
 MIN_EXPERT_TOKENS = 1000  # [ours] fewer routed tokens than this and an expert's MinMax ranges rest on little data
 
