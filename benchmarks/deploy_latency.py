@@ -3,8 +3,8 @@ All are timed side by side in one run; the goals are printed as PASS/MISS lines 
 
 Stages: PyTorch (eager with the per-expert dispatch MoE, eager dense, `to_deploy`); ONNX Runtime on the portable
 fp32 export, on the fp32 graph `--target onnxruntime` builds (and, without --quick, the other fused-attention
-forms), on the fp16 and INT8 QDQ made for TensorRT and on int8-ort (beside it today's dynamic int8-ort as a
-reference, once the build makes another); OpenVINO on the portable fp32 ONNX with f32 and with its default hint
+forms), on the fp16 and INT8 QDQ made for TensorRT and on int8-ort (beside it the dynamic int8-ort it replaced,
+made again by int8_ort_batch.dynamic_int8, as a reference); OpenVINO on the portable fp32 ONNX with f32 and with its default hint
 (bf16 where the CPU has it: the yardstick), compiled per batch; and each precision of the `openvino` target where
 the target table has that row. Every artifact is made by the project's own build steps (`run_export`, `run_build`).
 
@@ -28,25 +28,23 @@ import statistics
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from _stage_worker import StageProcess, time_rounds  # beside this script
+from int8_ort_batch import dynamic_int8
 from mlit_edge import __version__
 from mlit_edge.artifacts.targets import FLAVOURS, ORT_ATTENTION, TABLE
 from mlit_edge.base.routing import routing_agreement
 from mlit_edge.engine.build import BuildRequest, run_build
 from mlit_edge.export import ATTENTION_FORMS
-from mlit_edge.export.calibration import Recipe
-from mlit_edge.export.handoff import Variant
 from mlit_edge.export.onnx_export import export_onnx, reference_outputs
 from mlit_edge.export.pipeline import run_export
 from mlit_edge.export.requests import ExportRequest
 from mlit_edge.export.source import load_for_export
-from mlit_edge.export.variants import Inputs, make_variant
 from mlit_edge.model.info import model_stats
 from mlit_edge.train.data import load_dataset
 
@@ -72,31 +70,6 @@ def build(source: dict, target: str, precision: str, work: Path) -> Path:
     return run_build(req).artifact
 
 
-def dynamic_int8(fused: Path, model, info: dict) -> Path:
-    """Today's dynamic int8-ort made again from the fused fp32 graph, now that the build makes another: by the
-    project's own maker while `make_variant` has it, else by onnxruntime's quantize_dynamic with its settings."""
-    out = fused.with_name("m-int8-dynamic.onnx")
-    flavour = replace(FLAVOURS[("int8", "onnxruntime")], maker="int8-dynamic", tag="int8-dynamic")
-    inputs = Inputs(model, Recipe(info["preprocess"]["dataset"] or "mnist5k", "train", 512, 0), evaluate=False)
-    try:
-        return make_variant(Variant.read(fused), flavour, inputs, out).path
-    except ValueError:  # the maker is gone
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        from mlit_edge.artifacts.sidecar import publish, temporary_beside
-        from mlit_edge.export.precision import activation_matmuls, derived_record, router_nodes
-        from mlit_edge.export.quiet import quiet
-
-        source = Variant.read(fused)
-        graph = source.graph()
-        with temporary_beside(out) as tmp, quiet():
-            quantize_dynamic(graph, str(tmp), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
-                             weight_type=QuantType.QInt8, nodes_to_exclude=sorted(router_nodes(graph)
-                                                                                  | activation_matmuls(graph)))
-            publish(tmp, out, derived_record(source, "int8", {"quantization": {"mode": "dynamic (quantize_dynamic)"}}))
-        return out
-
-
 def build_stages(args, model, info: dict, work: Path) -> list[Stage]:
     """Every stage, its artifact made first by the project's own build steps."""
     source = {"checkpoint": args.checkpoint, "size": None if args.checkpoint else args.size}
@@ -117,8 +90,7 @@ def build_stages(args, model, info: dict, work: Path) -> list[Stage]:
         stages.append(artifact(f"onnxruntime fp32, {form} attention", work / f"m-fp32-{form}.onnx", ours=False))
     stages += [artifact("onnxruntime fp16", fp16), artifact(INT8_QDQ, int8),
                artifact(INT8_ORT, build(source, "onnxruntime", "int8", work))]
-    if MAKER != "int8-dynamic":
-        stages.append(artifact(DYNAMIC, dynamic_int8(fused, model, info), ours=False))
+    stages.append(artifact(DYNAMIC, dynamic_int8(fused), ours=False))
     if importlib.util.find_spec("openvino") is None:
         print("note: openvino is not installed (pip install 'mlit-edge[bench]'): its stages are left out")
         return stages
@@ -203,7 +175,7 @@ def report_goals(results: list[dict], fid: dict, stages: list[Stage]) -> list[di
         dyn = at.get((DYNAMIC, batch))
         goal(f"(b) {INT8_ORT} vs today's dynamic int8-ort, batch {batch}",
              at[(INT8_ORT, batch)]["img_per_s"] / dyn["img_per_s"] if dyn else None, 1.0,
-             f"the build's int8-ort is still {MAKER}: it is today's, nothing to compare")
+             "the dynamic reference was not timed")
     for name in (INT8_QDQ, INT8_ORT):
         routing = (fid.get(name) or {}).get("routing")
         worst = int(np.argmin(routing)) if routing else None

@@ -15,16 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..artifacts.schema import ArtifactRecord
 from ..artifacts.sidecar import current_umask, publish, sha256_file, user_fields
 from ..artifacts.targets import FLAVOURS
-from ..base.routing import routed_part, routing_agreement
 from ..export.handoff import HeldOut, Variant
 from ..export.requests import BuildRequest
 from ..export.resolve import BuildPlan
-from ..export.variants import routing_report
+from ..export.variants import evaluate_runner, routing_report
 from ..base.messages import log_lines
 from ..runtime.ov_runner import CAPABILITY, OpenVINORunner, cpu_capabilities, import_openvino, weights_path
 from ..runtime.runners import predict_all
@@ -49,23 +46,6 @@ def choose_hint(hints: tuple[str, ...], capabilities: list[str], precision: str)
                      f"offers neither (it offers {', '.join(capabilities)}): build --precision fp32")
 
 
-def ir_parity(runner: OpenVINORunner, model, held_out: HeldOut, normalisation: tuple) -> dict:
-    """What export.onnx_export.variant_parity measures of an ONNX, measured through OpenVINO: logit error and top-1
-    agreement against the eval-mode PyTorch `model`, and per layer the share of tokens that keep their experts."""
-    from ..export.onnx_export import reference_outputs
-
-    images = held_out.sample()
-    got, routes = predict_all(runner, images, routes=True, normalised=normalisation)
-    want, ref_routes, margins = reference_outputs(model, images)
-    err = np.abs(got - want)
-    return {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
-            "top1_agreement": float((got.argmax(-1) == want.argmax(-1)).mean()), "images": int(len(images)),
-            "routing_agreement": [round(a, 5) for a in routing_agreement(routes, ref_routes)],
-            "margin_median": [round(float(np.median(routed_part(m, r.shape[1]))), 5) for m, r in zip(margins, routes)],
-            "routed_tokens": [int(r.shape[1]) for r in routes], "reference": "eval-mode PyTorch model, fp32",
-            "measured_with": f"OpenVINO CPU, {runner.settings.get('inference_precision')}"}
-
-
 def measure_ir(runner: OpenVINORunner, plan: BuildPlan, model, record: ArtifactRecord, precision: str) -> dict:
     """The IR's `parity` against PyTorch (with the model) and `accuracy` on the held-out split, through OpenVINO."""
     out: dict[str, Any] = {}
@@ -75,17 +55,19 @@ def measure_ir(runner: OpenVINORunner, plan: BuildPlan, model, record: ArtifactR
     pre = record.preprocess
     normalisation = (pre.mean, pre.std) if pre else (held_out.split.mean, held_out.split.std)
     with runner:
-        if model is not None:
-            out["parity"] = parity = ir_parity(runner, model, held_out, normalisation)
+        if model is not None:  # a PyTorch model: onnx_export (torch) is loaded here, not by the build's import
+            from ..export.onnx_export import parity_of
+
+            images = held_out.sample()
+            got, routes = predict_all(runner, images, routes=True, normalised=normalisation)
+            out["parity"] = parity = {**parity_of(got, routes, model, images),
+                                      "measured_with": f"OpenVINO CPU, {runner.settings.get('inference_precision')}"}
             logger.info(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement "
                         f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
             log_lines(logger, routing_report(parity, precision))
         if plan.evaluate and not record.random_weights:
-            images, labels, name = held_out.labelled()
-            logits, _ = predict_all(runner, images, 64, normalised=normalisation)
-            top1 = float((logits.argmax(-1) == labels).mean())
-            out["accuracy"] = {"dataset": name, "split": "test", "images": int(len(labels)), "top1": top1}
-            logger.info(f"[build] top-1 on {name} test ({len(labels)} images, OpenVINO): {top1:.4f}")
+            out["accuracy"] = acc = evaluate_runner(runner, held_out, 64, normalisation)
+            logger.info(f"[build] top-1 on {acc['dataset']} test ({acc['images']} images, OpenVINO): {acc['top1']:.4f}")
     return out
 
 

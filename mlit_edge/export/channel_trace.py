@@ -107,7 +107,7 @@ def _through(model, node, x: np.ndarray) -> list[np.ndarray]:
 
 
 def shapes_at_batch1(model) -> dict:
-    """Every tensor's shape at batch 1."""
+    """Every tensor's shape at batch 1: the graph's inputs, outputs, intermediates and weights."""
     import onnx
 
     probe = onnx.ModelProto()
@@ -117,5 +117,7 @@ def shapes_at_batch1(model) -> dict:
     dim.ClearField("dim_param")
     dim.dim_value = 1
     probe = onnx.shape_inference.infer_shapes(probe, data_prop=True)
-    return {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
-            for v in (*probe.graph.value_info, *probe.graph.output)}
+    shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
+              for v in (*probe.graph.value_info, *probe.graph.input, *probe.graph.output)}
+    shapes.update({t.name: tuple(t.dims) for t in probe.graph.initializer})
+    return shapes

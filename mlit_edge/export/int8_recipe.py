@@ -16,8 +16,11 @@ always, and the classes and layers of the recipe (`Int8Recipe`), chosen by `benc
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from .channel_trace import shapes_at_batch1
 
 PATCH, ATTN_IN, ATTN_OUT, EXPERT_IN, W2, HEAD = "patch_embed", "attn_qkv", "attn_out", "expert_in", "w2", "head"
 ROUTER, ACTIVATION = "router", "activation_matmul"  # always float
@@ -179,37 +182,19 @@ def float_nodes(model, recipe: Int8Recipe = TODAY) -> set[str]:
 
 def node_macs(model) -> dict[str, int]:
     """Multiply-accumulates of each MatMul/Gemm/Conv for one image, from the graph's shapes inferred at batch 1."""
-    import onnx
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.value_info[:]
-    dim = probe.graph.input[0].type.tensor_type.shape.dim[0]
-    dim.ClearField("dim_param")
-    dim.dim_value = 1
-    probe = onnx.shape_inference.infer_shapes(probe, data_prop=True)
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in (*probe.graph.value_info, *probe.graph.input, *probe.graph.output)}
-    shapes.update({t.name: list(t.dims) for t in probe.graph.initializer})
+    shapes = shapes_at_batch1(model)
     macs = {}
-    for node in probe.graph.node:
+    for node in model.graph.node:
         if node.op_type not in MATMULS:
             continue
         a, y = shapes.get(node.input[0]), shapes.get(node.output[0])
         if not a or not y or 0 in a or 0 in y:
             raise ValueError(f"node {node.name}: shapes not inferred at batch 1")
         trans_a = any(at.name == "transA" and at.i for at in node.attribute)
-        reduce = (int(_prod(shapes[node.input[1]][1:])) if node.op_type == "Conv"
+        reduce = (math.prod(shapes[node.input[1]][1:]) if node.op_type == "Conv"
                   else a[0] if node.op_type == "Gemm" and trans_a else a[-1])
-        macs[node.name] = int(_prod(y)) * reduce
+        macs[node.name] = math.prod(y) * reduce
     return macs
-
-
-def _prod(dims) -> int:
-    out = 1
-    for d in dims:
-        out *= int(d)
-    return out
 
 
 def int8_mac_share(model, floats: set[str]) -> float:

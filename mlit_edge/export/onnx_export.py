@@ -244,6 +244,11 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None
     `images`: normalised decoded images with `normalisation` (mean, std), fed as the graph's input asks."""
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:
         got, routes = predict_all(run, images, routes=True, normalised=normalisation)
+    return parity_of(got, routes, model, images)
+
+
+def parity_of(got: np.ndarray, routes: list, model: MLiT, images: np.ndarray) -> dict:
+    """`variant_parity`'s figures for the logits and routes any runner gave on `images` (OpenVINO's IR too)."""
     want, ref_routes, margins = reference_outputs(model, images)
     # the median margin of the tokens each layer routes (the fused graph's last layer: the dummy token alone)
     medians = [float(np.median(routed_part(m, r.shape[1]))) for m, r in zip(margins, routes)]

@@ -30,9 +30,14 @@ logger = logging.getLogger(__name__)
 def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content: bytes | None = None) -> dict:
     """Top-1 of an ONNX classifier on a dataset's held-out split (decoded once per command) through ONNX
     Runtime; `content`: the graph's bytes when the caller holds them."""
-    images, labels, name = held_out.labelled()
     with OnnxRuntimeRunner(path, content=content) as run:
-        logits, _ = predict_all(run, images, batch, normalised=(held_out.split.mean, held_out.split.std))
+        return evaluate_runner(run, held_out, batch)
+
+
+def evaluate_runner(run, held_out: HeldOut, batch: int = 250, normalisation: tuple | None = None) -> dict:
+    """`evaluate_onnx` through an open runner of any kind; `normalisation`: (mean, std), the split's by default."""
+    images, labels, name = held_out.labelled()
+    logits, _ = predict_all(run, images, batch, normalised=normalisation or (held_out.split.mean, held_out.split.std))
     correct = int((logits.argmax(-1) == labels).sum())
     return {"dataset": name, "split": "test", "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
