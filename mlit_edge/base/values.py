@@ -229,6 +229,15 @@ def max_threads() -> int:
     return THREADS_PER_CORE * (os.cpu_count() or 1)
 
 
+def default_threads() -> int | None:
+    """The thread count a runtime starts when none is given: `OMP_NUM_THREADS` when it holds a whole number
+    from 1 to `max_threads()`, else None (the runtime's own default, one per physical core). PyTorch reads
+    the variable itself; ONNX Runtime and OpenVINO do not, so a process limited to one core by it (a
+    container, a test worker) would otherwise start a spinning pool per session that fights its neighbours."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if re.fullmatch(r"[0-9]{1,4}", value) and 1 <= int(value) <= max_threads() else None
+
+
 def check_threads(threads, where: str) -> None:
     """ValueError naming `where` unless `threads` is None or an integer from 1 to `max_threads()`."""
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..artifacts.schema import ArtifactRecord
 from ..model.budget import available_mb, batch_bytes
 from ..devices.trt_env import local_env
+from ..base.values import default_threads
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def environment(threads: int | None = None) -> dict:
         except md.PackageNotFoundError:
             continue
     env = local_env("tensorrt")
-    out = {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "platform": platform.platform(),
+    out = {"cpu": cpu, "cores": os.cpu_count(), "threads": threads or default_threads(), "platform": platform.platform(),
            "python": platform.python_version(), "libraries": libs,
            "gpu": {"name": env.gpu_name, "compute_capability": env.compute_capability, "cuda": env.cuda_version},
            "l4t": env.l4t, "jetpack": env.jetpack}

@@ -25,7 +25,7 @@ from ..artifacts.schema import ArtifactRecord, read_record
 from ..artifacts.sidecar import SidecarError
 from ..artifacts.targets import FORMATS
 from ..base.messages import first_line, require_file
-from ..base.values import check_threads
+from ..base.values import check_threads, default_threads
 
 # the inference precision hints a sidecar may record -> the CPU plugin's OPTIMIZATION_CAPABILITIES entry for each
 CAPABILITY = {"f32": "FP32", "bf16": "BF16", "f16": "FP16"}
@@ -107,12 +107,13 @@ class OpenVINORunner(Runner):
                                                       for d in o.get_partial_shape()) for o in model.outputs}
         self.route_names = [n for n in self.output_names if n != "logits"]
         self._config = {"PERFORMANCE_HINT": "LATENCY"}
-        if self.threads:
-            self._config["INFERENCE_NUM_THREADS"] = int(self.threads)
+        threads = self.threads or default_threads()
+        if threads:
+            self._config["INFERENCE_NUM_THREADS"] = int(threads)
         if self.hint:
             self._config["INFERENCE_PRECISION_HINT"] = self.hint
         self._model = model
-        self.settings = {"device": "CPU", "threads": self.threads, "inference_precision": self.hint or "default",
+        self.settings = {"device": "CPU", "threads": threads, "inference_precision": self.hint or "default",
                          "shapes": "static, compiled per batch"}
 
     def deactivate_impl(self) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from .images import InputError
 from ..artifacts.input_convention import graph_feed
 from ..base.messages import first_line, typed_line
-from ..base.values import check_threads
+from ..base.values import check_threads, default_threads
 
 
 class RunnerClosedError(RuntimeError):
@@ -109,6 +109,7 @@ class OnnxRuntimeRunner(Runner):
         opts = ort.SessionOptions()
         threads = self.threads or self.session_options.get("threads")
         check_threads(threads, "threads")
+        threads = threads or default_threads()
         if threads:
             opts.intra_op_num_threads = int(threads)
         # the CPU arena keeps what the largest batch needed; without it memory goes back after each

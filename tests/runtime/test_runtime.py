@@ -97,6 +97,20 @@ def test_onnx_is_loaded_from_the_bytes_its_sidecar_verified(model_onnx, monkeypa
     assert hashed_files == [] and sources == [model_onnx.read_bytes()]
 
 
+@pytest.mark.parametrize("env, want", [("1", 1), ("2", 2), (None, None), ("", None), ("0", None), ("two", None),
+                                       ("99999", None)])
+def test_onnxruntime_takes_its_default_threads_from_omp_num_threads(tiny_onnx, monkeypatch, env, want):
+    """ONNX Runtime ignores OMP_NUM_THREADS: a process held to one core by it would start a spinning pool
+    per session; the runner passes it on, and anything but a whole number in range leaves ORT's default."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    if env is not None:
+        monkeypatch.setenv("OMP_NUM_THREADS", env)
+    with OnnxRuntimeRunner(tiny_onnx) as run:
+        assert run.settings["threads"] == want  # read back from the session's own options
+    with OnnxRuntimeRunner(tiny_onnx, threads=3) as run:
+        assert run.settings["threads"] == 3  # an explicit count wins
+
+
 def test_arena_off_predicts_the_same(model_onnx):
     x = np.random.default_rng(0).integers(0, 256, (64, 28, 28, 3), dtype=np.uint8)
     with Classifier.load(model_onnx) as on, Classifier.load(model_onnx, ort_arena=False) as off:
