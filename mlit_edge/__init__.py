@@ -7,7 +7,8 @@ models load on first use of their names.
 
 The Python API is one line per step over the same stage functions the CLI calls (`api`):
 `m = mlit_edge.load("pretrained:xxs-mnist5k")`, `onnx = m.export(precision="fp16", jetpack="6.2")`,
-`print(mlit_edge.bench([onnx, m]))`, `with mlit_edge.Classifier.load(onnx) as clf: clf.predict(["a.jpg"])`.
+`print(mlit_edge.bench([onnx, m]))`, `with mlit_edge.Classifier.load(onnx) as clf: clf.predict(["a.jpg"])`;
+`mlit_edge.load("x.onnx")` is that Classifier, and both predict(source=a folder, a glob, a video, a camera ...).
 """
 from importlib import import_module
 
@@ -16,7 +17,7 @@ __version__ = "0.1.0"
 _LAZY = {"MAEConfig": "model.config", "MLiTConfig": "model.config", "SIZES": "model.config",
          "get_config": "model.config", "MLiT": "model.mlit", "create_model": "train.hub", "MMLiT": "model.mae",
          "classifier_from_mae": "model.mae", "load": "api", "Model": "api", "Artifact": "api",
-         "Classifier": "runtime.classifier"}
+         "Classifier": "runtime.classifier", "Prediction": "runtime.prediction"}
 
 __all__ = [*_LAZY, "bench", "__version__"]
 

@@ -39,7 +39,8 @@ def run_quickstart(out: str | Path = "quickstart", size: str = "xxs", train: boo
                              "them); use --train to train one first")
         logger.info(f"== 1/3 start from {describe(ckpt)} (--train trains one from scratch instead)")
     requests = [BuildRequest(precision=precision, checkpoint=ckpt, out=str(out / "artifacts"), calib_cache=calib_cache,
-                             force=True) for precision in ("fp32", "fp16", "int8")]  # quickstart owns its folder
+                             force=True, progress=progress)
+                for precision in ("fp32", "fp16", "int8")]  # quickstart owns its folder
     source = open_source(requests[0])  # one read of the checkpoint for the three builds
     artifacts = []
     for req in requests:

@@ -50,6 +50,10 @@ def repaired(weights: Path, tensors: dict | None = None, **config_changes) -> Pa
         for part in path:
             target = target[part]
         target[last] = value
+    if config_changes:  # timm's keys follow the edit, as an editor who wants the pair loaded keeps them in step
+        from mlit_edge.train.hub_config import TIMM_KEYS, timm_keys
+
+        config = {**{k: v for k, v in config.items() if k not in TIMM_KEYS}, **timm_keys(config)}
     config_path.write_text(json.dumps(config))
     return weights
 
@@ -169,14 +173,15 @@ def cases(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     (torn.parent / ".model.safetensors.k1ll3d.tmp").write_bytes(b"left by a kill")
     out.append(Case("a torn pair loads (the pending config matches the new weights)", "weights",
                     ["export-weights", str(torn), "--out", str(folder / "from-torn")], 0,
-                    extra={"check": _no_dot_files(folder / "from-torn", {"model.safetensors", "config.json"})}))
+                    extra={"check": _no_dot_files(folder / "from-torn",
+                                                  {"model.safetensors", "config.json", "README.md"})}))
     out.append(Case("export-weights --force over a torn pair repairs it and removes the temporaries", "weights",
                     ["export-weights", str(checkpoint), "--out", str(torn.parent), "--force"], 0,
-                    extra={"check": _no_dot_files(torn.parent, {"model.safetensors", "config.json"})}))
+                    extra={"check": _no_dot_files(torn.parent, {"model.safetensors", "config.json", "README.md"})}))
     stale = copy("stale")
     (stale.parent / ".config.json.pending").write_text('{"format": "mlit-edge-weights", "weights": {}}')
     (stale.parent / "..config.json.pending.x.tmp").write_bytes(b"{")
     out.append(Case("export-weights --force drops a pending config that matches nothing", "weights",
                     ["export-weights", str(checkpoint), "--out", str(stale.parent), "--force"], 0,
-                    extra={"check": _no_dot_files(stale.parent, {"model.safetensors", "config.json"})}))
+                    extra={"check": _no_dot_files(stale.parent, {"model.safetensors", "config.json", "README.md"})}))
     return out

@@ -60,7 +60,7 @@ def test_a_kill_between_the_renames_of_a_weights_pair_leaves_a_pair_that_loads(t
     ckpt = load_checkpoint(out / "model.safetensors")  # the weights with the config that matches them
     assert _same(ckpt, old if which == "old" else new)
     run_cli(*args[len(CLI):])  # the next run, in this process: only the killed one needs a process of its own
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert _same(load_checkpoint(out / "model.safetensors"), new)
 
 
@@ -75,7 +75,7 @@ def test_recovery_completes_a_torn_weights_pair_and_drops_a_stale_pending_config
     assert json.loads((tmp_path / "a" / "config.json").read_text())["provenance"]["checkpoint"] == str(new)
     (tmp_path / "a" / ".config.json.pending").write_text('{"format": "mlit-edge-weights", "weights": {}}')
     assert recover_publishes(tmp_path / "a") == ["dropped an unfinished config.json"]
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["README.md", "config.json", "model.safetensors"]
 
 
 def test_a_2_gib_config_is_refused_before_it_is_read(tmp_path, tiny_cfg):

@@ -36,7 +36,27 @@ def check_writable(folder: str | Path, what: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise OSError(f"cannot write {what} {folder} ({e.strerror or e})") from None
+        blocker = _file_in_the_way(Path(folder))  # mkdir says only "File exists" or "Not a directory"
+        raise OSError(f"cannot write {what} {folder} "
+                      f"({f'{blocker} is a file, not a folder' if blocker else e.strerror or e})") from None
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The nearest of `folder` and its parents that exists, when it is not a folder."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def _made_by_mkdir(folder: Path) -> Path | None:
+    """The highest of `folder` and its parents that does not exist yet: what `mkdir(parents=True)` makes first."""
+    top = None
+    for p in (folder, *folder.parents):
+        if p.exists():
+            break
+        top = p
+    return top
 
 
 @contextlib.contextmanager
@@ -59,14 +79,9 @@ def _locked(folder: Path) -> Iterator[None]:
 def output_folder(folder: str | Path) -> Iterator[Path]:
     """`folder`, created if needed and locked for this writer; see the module docstring."""
     folder = Path(folder)
-    created = not folder.exists()
+    top = _made_by_mkdir(folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OSError(f"cannot create the output folder {folder}: {e.strerror or e}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot write to the output folder {folder}")
-    try:
+        check_writable(folder, "to the output folder")  # a file in the way, a read-only folder: before any work
         with _locked(folder):
             for line in recover_publishes(folder):
                 logger.info(f"{folder}: {line} (a build was interrupted there)")
@@ -77,8 +92,12 @@ def output_folder(folder: str | Path) -> Iterator[Path]:
                 logger.info(f"removed {len(stale)} temporary file(s) that an interrupted build left in {folder}")
             yield folder
     except BaseException:
-        if created and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()  # a refused build leaves no empty folder behind
+        for p in (folder, *folder.parents) if top is not None else ():  # a refused build leaves no empty folder
+            if not p.is_dir() or any(p.iterdir()):
+                break
+            p.rmdir()
+            if p == top:
+                break
         raise
 
 

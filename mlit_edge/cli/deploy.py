@@ -60,8 +60,9 @@ def _export_options(fn):
                      type=checked(ExportOptions, "calib_n"), help="Calibration images, stratified over the classes."),
         click.option("--data-root", default=default(ExportOptions, "data_root"), show_default=True,
                      type=click.Path(file_okay=False)),
-        FORCE,
-        RANDOM,
+        FORCE, RANDOM,
+        click.option("--progress/--no-progress", default=default(ExportOptions, "progress"),
+                     help="Show the long steps' progress on stderr: a bar on a terminal, else a line every 5 s."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -72,8 +73,8 @@ def _export_options(fn):
 @click.option("--size", default=None, callback=check_size,
               help="Model size without --checkpoint: s, xs or xxs (its pretrained model where one ships).")
 @click.option("--out", "out", default=default(ExportRequest, "out"), show_default=True,
-              type=click.Path(dir_okay=False),
-              help="The fp32 ONNX; variants are written beside it as NAME-fp16.onnx and NAME-int8.onnx.")
+              type=click.Path(), help="The fp32 ONNX, variants beside it as NAME-fp16.onnx and NAME-int8.onnx; or a "
+                                      "folder (created if missing), the files named as build names them.")
 @click.option("--batch", default=None, type=checked(ExportRequest, "batch"),
               help="Fix the batch size [default: dynamic batch].")
 @click.option("--probe", is_flag=True, help="Also output each layer's top-k expert indices (routing checks).")
@@ -85,11 +86,11 @@ def _export_options(fn):
 def export(**kw) -> None:
     """Export to ONNX through `to_deploy` (static-shape MoE), check it against PyTorch, make fp16/INT8 variants.
 
-    Each .onnx gets a .onnx.json sidecar with its provenance.
+    Each .onnx gets a .onnx.json sidecar with its provenance; stdout lists their paths, one per precision.
     """
     from ..export.pipeline import run_export
 
-    run_export(ExportRequest(**kw))
+    click.echo("\n".join(map(str, run_export(ExportRequest(**kw)))))
 
 
 @click.command()
@@ -292,8 +293,7 @@ def export_deepstream(artifact: str, out: str, uri: str | None, batch: int, thre
               "primary_config": options["primary_config"]}
         sec = Secondary(**{k: v for k, v in kw.items() if v is not None})
     uri = SAMPLE_STREAM if uri is None else uri  # --uri '' is refused, not taken for the sample stream
-    click.echo(str(write_deepstream(artifact, out, uri, batch=batch, threshold=threshold,
-                                    secondary=sec)))
+    click.echo(str(write_deepstream(artifact, out, uri, batch=batch, threshold=threshold, secondary=sec)))
 
 
 # what the command line registers from this stage: a new deploy format (stacks/) is its command here and nothing more

@@ -83,14 +83,23 @@ def bench(artifacts, providers, iterations, duration_s, json_path, plot_dir, **k
               help="A .plan (TensorRT), .onnx (ONNX Runtime) or .xml (OpenVINO) built by mlit-edge, with its .json "
                    "sidecar.")
 @click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per image.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list, one object per image (Prediction.to_dict(): path, class_id, name, prob, top, "
+                   "top5, times_ms ...; an unreadable one: path and error).")
 @MAX_PIXELS
 @click.option("--force", is_flag=True, help="Run a plan built on another Jetson module of the same GPU (AGX Orin, "
                                             "Orin NX and Orin Nano are all sm_87); it says so.")
 @user_errors
 def predict(images, model_path, top_k, as_json, max_pixels, force) -> None:
-    """Classify image files with the embedded runtime (no torch). Unreadable files get an error entry
-    and the rest are still classified; the exit code is 2 when any failed."""
+    """Classify image files with the embedded runtime (no torch). IMAGES are files, folders (the images
+    directly inside, sorted by name) and globs (quoted: 'imgs/*.png'). Unreadable files, folders without
+    images and globs that match nothing get an error entry and the rest are still classified; the exit code
+    is 2 when any failed. Video files, cameras and streams go to mlit-edge stream.
+
+    \b
+    Example:
+      mlit-edge predict digits/ 'more/*.png' --model mlit-xxs-fp32-ort.onnx --top-k 3 --json
+    """
     results = predict_files(model_path, images, top_k, max_pixels, force)
     if as_json:
         click.echo(json.dumps(results, indent=1))

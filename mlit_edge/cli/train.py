@@ -114,6 +114,13 @@ def _train_command(task: str, size: str | None, **kw) -> None:
 
 @click.command()
 @SIZE
+@click.option("--checkpoint", "init_from", default=None, type=click.Path(dir_okay=False),
+              help="Start from this model's weights instead of random ones: a checkpoint, a model.safetensors, or "
+                   "pretrained:NAME (mlit-edge pretrained). A classifier keeps its head where the data has as many "
+                   "classes, and gets a fresh one otherwise; an mmLiT gives its encoder. The size is its own.")
+@click.option("--num-classes", default=default(RunConfig, "num_classes"), type=click.IntRange(min=1),
+              help="Outputs of the head, as timm's --num-classes; the data's classes name them, so it must be their "
+                   "count [default: the data's].")
 @training_options
 @few_labels
 @user_errors
@@ -121,8 +128,11 @@ def train(size: str, **kw) -> None:
     """Supervised mLiT training with the paper's recipe (AdamW, warm-up + cosine, lr = 3e-4 * batch / 256).
 
     Runs on one device, or on many under `torchrun --nproc_per_node=N`. Writes checkpoint.pt after every
-    epoch (atomically), metrics.jsonl, loss.png and experts.png to --out.
+    epoch (atomically), metrics.jsonl, loss.png and experts.png to --out. With --checkpoint it fine-tunes
+    that model (`mlit-edge train --checkpoint pretrained:xxs-mnist5k --data FOLDER --num-classes 5`).
     """
+    if kw["init_from"] and click.get_current_context().get_parameter_source("size").name == "DEFAULT":
+        size = None  # the checkpoint's own size, not --size's default
     _train_command("train", size, **kw)
 
 
@@ -170,18 +180,19 @@ def eval_(as_json: bool, **kw) -> None:
 @click.command("export-weights")
 @click.argument("checkpoint")
 @click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="The folder for model.safetensors and config.json (created if missing).")
-@click.option("--force", is_flag=True, help="Replace a model.safetensors or config.json already in --out.")
+              help="The folder for model.safetensors, config.json and README.md (created if missing).")
+@click.option("--force", is_flag=True, help="Replace a model.safetensors, config.json or README.md already in --out.")
 @user_errors
 def export_weights(checkpoint: str, out: str, force: bool) -> None:
     """A checkpoint (or pretrained:NAME) as model.safetensors + config.json, for sharing: the weights with no
-    pickle, and the config, classes, preprocessing and provenance (the checkpoint's sha256). Training state
-    (optimizer, epoch counters for --resume) stays in the .pt."""
+    pickle, and the config, classes, preprocessing and provenance (the checkpoint's sha256), with the keys timm
+    reads (architecture, num_classes, label_names, pretrained_cfg); and a model card, README.md, with the metrics
+    the checkpoint records. Training state (optimizer, epoch counters for --resume) stays in the .pt."""
     from ..train.export_weights import export_weights as write
 
     config = write(checkpoint, out, force)
     click.echo(f"{printable(out)}: model.safetensors ({config['weights']['bytes']} bytes, sha256 "
-               f"{config['weights']['sha256'][:12]}) and config.json, from {printable(checkpoint)}")
+               f"{config['weights']['sha256'][:12]}), config.json and README.md, from {printable(checkpoint)}")
 
 
 @click.command()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..artifacts.input_convention import INPUT_NAMES
+from ..base.progress import progress, shown
 from ..artifacts.schema import ArtifactRecord
 from ..artifacts.targets import TABLE
 from ..devices.profiles import contradiction, recorded_profile
@@ -48,12 +49,18 @@ class BuildResult:
 def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
     """Run the whole build: resolve its plan once (`export.resolve.resolve_plan`), carry out the export stage
     (`export.pipeline.export_stage`), then, inside its locked folder, what a build adds: the engine and its
-    sidecar. Progress lines and warnings go to the `mlit_edge` loggers. `source`: the export's source
-    (`export.source.open_source`) when the caller already opened it.
+    sidecar. Progress lines and warnings go to the `mlit_edge` loggers, the long steps' progress (`req.progress`)
+    to stderr (`base.progress`). `source`: the export's source (`export.source.open_source`) when the caller
+    already opened it.
 
     From `--onnx` with the precision it already carries (the device-side flow) this needs neither
     torch nor the onnx package: only the sidecar, TensorRT and numpy.
     """
+    with shown(req.progress):
+        return _build(req, source)
+
+
+def _build(req: BuildRequest, source: Source | None) -> BuildResult:
     from .dla import check_dla_int8, check_dla_request
 
     target = resolve_target(req.target, req.frontend)  # before the source opens: a missing TensorRT fails first
@@ -84,10 +91,12 @@ def run_build(req: BuildRequest, source: Source | None = None) -> BuildResult:
             return BuildResult(final.path, final.record, final.path, plan.target, notes, final.coverage,
                                final.calibration_reused)
         if builder.publishes:  # its artifact is more than one file, with a record of its own (OpenVINO's IR)
-            record = builder.build(req, plan, source.model, final, trt)
+            with progress(f"building the {row.title} artifact"):
+                record = builder.build(req, plan, source.model, final, trt)
             return BuildResult(plan.engine, record, final.path, plan.target, notes, final.coverage,
                                final.calibration_reused)
-        result = (_dla_int8_engine if plan.dla_int8 else builder.build)(req, plan, source.model, final, trt)
+        with progress(f"building the {row.title} engine"):  # minutes on a Jetson, and TensorRT reports nothing
+            result = (_dla_int8_engine if plan.dla_int8 else builder.build)(req, plan, source.model, final, trt)
         fields = engine_record(final.path, final.record, final.sha256, result, local_env(plan.target), plan.target,
                                plan.frontend, plan.device.record() if plan.device else None)
         if plan.batch:  # built static from any ONNX (--onnx with a dynamic batch too): the plan has one batch

@@ -34,12 +34,14 @@ from ..artifacts.sidecar import atomic_path, publish, temporary_beside, user_fie
 from ..base.textfile import read_json
 from ..artifacts.input_convention import NORMALISED, graph_convention, graph_input, model_input
 from ..artifacts.preprocess import normalize
-from ..runtime.runners import OnnxRuntimeRunner, predict_all
+from ..runtime.runners import OnnxRuntimeRunner
+from .counted import predict_counted
 
 if TYPE_CHECKING:
     from .handoff import Variant
 
-RECIPE_VERSION = 3  # bump when the settings of precision.to_int8 or to_int8_ort change (3: int8_recipe.ONNXRUNTIME)
+RECIPE_VERSION = 4  # bump when the settings of precision.to_int8 or to_int8_ort change (3: int8_recipe.ONNXRUNTIME;
+# 4: calibrated batch by batch, precision.STRIDED)
 DEFAULT_N = 512
 MIN_EXPERT_TOKENS = 1000  # [ours] fewer routed tokens than this and an expert's MinMax ranges rest on little data
 
@@ -161,7 +163,7 @@ def routing_coverage(onnx_path: str | Path, images: np.ndarray, batch: int = 64,
     with OnnxRuntimeRunner(onnx_path, expose_routing=True, content=proto) as run:
         if not run.route_names:
             raise ValueError(f"{onnx_path} has no TopK routing: is it an mLiT export?")
-        _, routes = predict_all(run, images, batch, routes=True, normalised=normalisation)
+        _, routes = predict_counted("routing coverage", run, images, batch, routes=True, normalised=normalisation)
         experts = run.route_experts
     counts = [np.bincount(r.reshape(-1), minlength=e or 0) for r, e in zip(routes, experts)]
     used = len(images)

@@ -24,7 +24,9 @@ from ..model.mlit import MLiT
 from ..runtime.artifact import INPUT
 from ..artifacts.input_convention import FLOAT32, INPUT_NAMES, NORMALISED, PIXELS, UINT8, from_normalised, input_record
 from ..artifacts.preprocess import normalize
-from ..runtime.runners import OnnxRuntimeRunner, predict_all
+from ..runtime.runners import OnnxRuntimeRunner
+from ..base.progress import progress
+from .counted import predict_counted
 from ..artifacts.schema import ArtifactRecord, check_onnxruntime
 from ..artifacts.sidecar import publish, temporary_beside
 from ..base.terminate import Terminated
@@ -136,9 +138,10 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
     dynamic = None if batch else ({0: torch.export.Dim("batch", min=1, max=4096)},)
     with temporary_beside(out) as tmp, quiet():
         try:
-            program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset,
-                                        dynamic_shapes=dynamic, input_names=[graph_input], output_names=names,
-                                        verbose=False, custom_translation_table=onnx_translations(attention))
+            with progress("torch.onnx.export"):
+                program = torch.onnx.export(deployed, (example,), dynamo=True, opset_version=opset,
+                                            dynamic_shapes=dynamic, input_names=[graph_input], output_names=names,
+                                            verbose=False, custom_translation_table=onnx_translations(attention))
         except Exception as e:
             raise_if_interrupted(e)
             raise
@@ -156,8 +159,9 @@ def export_onnx(model: MLiT, out: str | Path, info: dict, opset: int = DEFAULT_O
             proto, rewritten = for_parser(proto, device.opset, device.layernorm, device.topk_k_initializer)
             opset = device.opset
         onnx.save(proto, str(tmp))
-        parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last, convention=convention,
-                             normalisation=(pre["mean"], pre["std"]), input_dtype=input_dtype) if check else None
+        with progress("check against PyTorch"):
+            parity = verify_onnx(tmp, model, batch, probe, prune_last=prune_last, convention=convention,
+                                 normalisation=(pre["mean"], pre["std"]), input_dtype=input_dtype) if check else None
         head = model.cfg.dim // model.cfg.heads
         fields = {**info, "precision": "fp32", **attention_record(attention, head, pad_to, pad_reason), "opset": opset,
                   "batch": batch or "dynamic", "probe": probe, "last_layer": LAST_LAYER[prune_last],
@@ -221,13 +225,14 @@ def reference_outputs(model: MLiT, images: np.ndarray, chunk: int = 100) -> tupl
     cached_key, outputs = _REFERENCES.get(model, (None, None))
     if cached_key != key:  # one set of images per model is all a build uses
         logits, routes, margins = [], [], []
-        with torch.no_grad():
+        with torch.no_grad(), progress("verification: PyTorch reference", len(images)) as shown:
             for i in range(0, len(images), chunk):
                 x = torch.from_numpy(images[i:i + chunk])
                 out, aux = model.eval()(x, return_aux=True)
                 logits.append(out.numpy())
                 routes.append([r.clean_i.view(len(x), -1, r.clean_i.shape[-1]).numpy() for r in aux.routings])
                 margins.append([r.margin.reshape(len(x), -1).numpy() for r in aux.routings])
+                shown.advance(len(x))
         layers = range(len(routes[0]))
         outputs = (np.concatenate(logits), [np.concatenate([r[i] for r in routes]) for i in layers],
                    [np.concatenate([m[i] for m in margins]) for i in layers])
@@ -243,7 +248,8 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None
     why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it.
     `images`: normalised decoded images with `normalisation` (mean, std), fed as the graph's input asks."""
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:
-        got, routes = predict_all(run, images, routes=True, normalised=normalisation)
+        got, routes = predict_counted("verification: ONNX Runtime", run, images, routes=True,
+                                      normalised=normalisation)
     return parity_of(got, routes, model, images)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ..base.progress import shown
 from ..devices.profiles import DEFAULT as DEFAULT_DEVICE
 from . import DEFAULT_OPSET, GROUPED
 from .requests import ExportOptions, ExportRequest
@@ -121,15 +122,13 @@ def _fp32(plan: BuildPlan, source: Source, opts: ExportOptions, held_out: HeldOu
 def run_export(req: ExportRequest, source: Source | None = None) -> list[Path]:
     """`mlit-edge export`: the fp32 export, checked against PyTorch, and the variants asked for beside it
     (TensorRT's flavour); returns their paths. `source`: the request's source when the caller already
-    opened it (`mlit_edge.api.Model`)."""
-    out = Path(req.out)
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"output folder {out.parent} " + ("is not a folder" if out.parent.exists() else
-                                                                 "does not exist"))
-    source = source or open_source(req)
-    plan = resolve_plan(req, source)
-    with export_stage(plan, source, req) as exported:
-        return [exported.variants[p].path for p in plan.precisions]
+    opened it (`mlit_edge.api.Model`). The output folder is made as `build` makes its own
+    (`artifacts.outputs.output_folder`, through `export_stage`), and removed again if nothing was written."""
+    with shown(req.progress):
+        source = source or open_source(req)
+        plan = resolve_plan(req, source)
+        with export_stage(plan, source, req) as exported:
+            return [exported.variants[p].path for p in plan.precisions]
 
 
 __all__ = ["ExportOptions", "ExportRequest", "Exported", "export_artifacts", "export_stage", "resolve_plan",

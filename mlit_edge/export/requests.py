@@ -5,6 +5,7 @@ these dataclasses (`cli.common.default`), so each default lives here once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..runtime.artifact import BATCH_PROFILE
 from ..devices.mha_rules import parse_pad
@@ -47,6 +48,7 @@ class ExportOptions:
     pad_heads: str = arg("auto", Text())  # auto, off or a head size N: heads zero-padded to it (mha_rules.pad_choice)
     raw_input: bool = arg(False, Flag())  # the normalisation folded into the graph: RGB pixels in [0, 255] (raw_input)
     input_dtype: str = arg("float32", Text())  # the pixels graph's input type: float32, or uint8 (export.uint8_input)
+    progress: bool = arg(True, Flag())  # the long steps' progress on stderr (base.progress): a bar, or periodic lines
 
     def __post_init__(self) -> None:
         validate(self)  # types and ranges, in the CLI's words (base.values), before anything else reads them
@@ -80,8 +82,14 @@ class ExportRequest(ExportOptions):
         bad = [p for p in self.precisions if p not in PRECISIONS]
         if bad or not self.precisions:
             raise ValueError(f"--precision {','.join(self.precisions)!r}: choose from {', '.join(PRECISIONS)}")
-        if not self.out.endswith(".onnx"):
-            raise ValueError(f"--out {self.out}: the fp32 export's name must end in .onnx")
+        if not self.out_folder and not self.out.endswith(".onnx"):
+            raise ValueError(f"--out {self.out}: the fp32 export's name must end in .onnx (or name a folder)")
+
+    @property
+    def out_folder(self) -> bool:
+        """Whether `out` names a folder (a folder, or a name without a suffix), where the files are named as
+        `build` names them, rather than the fp32 export's file."""
+        return Path(self.out).is_dir() or not Path(self.out).suffix
 
 
 @dataclass(frozen=True)

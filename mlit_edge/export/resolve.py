@@ -141,7 +141,9 @@ def resolve_plan(req: ExportOptions, source: Source, target: tuple[str, str | No
         row = TABLE[AUTO[0]]
         target, runtime, frontend, profile, engine, probe = row.name, row.graph, "onnx", None, None, req.probe
         precisions = ("fp32", *(p for p in PRECISIONS[1:] if p in req.precisions))
-        base, named = flavour("fp32", runtime), Path(req.out)
+        base = flavour("fp32", runtime)
+        named = (Path(req.out) / artifact_name(source.stem, "fp32", runtime=base.runtime) if req.out_folder
+                 else Path(req.out))
     else:
         raise TypeError(f"not an export or build request: {type(req).__name__}")
     if source.onnx:  # an artifact made for one runtime is refused by another, in one line

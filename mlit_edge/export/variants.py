@@ -15,6 +15,7 @@ from typing import Any
 
 
 from ..base.messages import log_lines
+from ..base.progress import progress
 from ..base.routing import partial_layers
 from ..artifacts.schema import ArtifactRecord
 from ..artifacts.sidecar import publish, temporary_beside
@@ -23,7 +24,8 @@ from .calibration import (MIN_EXPERT_TOKENS, CalibrationSet, Recipe, calibrate_i
                           format_coverage, routing_coverage, write_manifest)
 from .flavours import Flavour, artifact_stem, flavour, variant_path
 from .handoff import HeldOut, Variant
-from ..runtime.runners import OnnxRuntimeRunner, predict_all
+from ..runtime.runners import OnnxRuntimeRunner
+from .counted import predict_counted
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +39,8 @@ def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content
 def evaluate_runner(run, held_out: HeldOut, batch: int = 250, normalisation: tuple | None = None) -> dict:
     """`evaluate_onnx` through an open runner of any kind; `normalisation`: (mean, std), the split's by default."""
     images, labels, name = held_out.labelled()
-    logits, _ = predict_all(run, images, batch, normalised=normalisation or (held_out.split.mean, held_out.split.std))
+    logits, _ = predict_counted(f"top-1 on {name} test", run, images, batch,
+                                normalised=normalisation or (held_out.split.mean, held_out.split.std))
     correct = int((logits.argmax(-1) == labels).sum())
     return {"dataset": name, "split": "test", "images": int(len(labels)), "top1": correct / max(1, len(labels))}
 
@@ -126,7 +129,8 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
     with temporary_beside(final) as tmp:
         if flavour.maker == "fp16":
             logger.info(f"[export 2/3] fp16 {final} ({flavour.about})")
-            info, proto = to_fp16(src.path, tmp, source=src)
+            with progress("fp16 conversion"):
+                info, proto = to_fp16(src.path, tmp, source=src)
         else:  # INT8, calibrated either way: TensorRT's Q/DQ or ONNX Runtime's static integer graph
             recipe = inputs.recipe
             logger.info(f"[export 2/3] {flavour.tag} ({flavour.about}): calibration set of {recipe.n} images, "

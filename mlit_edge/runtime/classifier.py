@@ -4,21 +4,27 @@
     with Classifier.load("mlit-xxs-fp16.plan") as clf:      # or "mlit-xxs-fp32.onnx"
         for p in clf.predict(["cat.jpg", frame_uint8_hwc]):
             print(p.name, p.prob)
+        for p in clf.predict(source="clip.mp4", stream=True):   # a folder, a glob, a camera, a stream...
+            print(p.to_json())
 
 `Classifier.load` goes through `open_artifact`, which verifies the file's sha256 (and for a plan the
 local TensorRT and GPU) on the very bytes it then loads. `predict` applies exactly the eval
-preprocessing the sidecar records and returns class ids, names and probabilities.
+preprocessing the sidecar records and returns `Prediction`s (runtime.prediction): class ids, names and
+probabilities, where each image came from and the stage times of its chunk.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
 from pathlib import Path
-from typing import Sequence
+from types import MappingProxyType
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
 from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
+from .inputs import Item, check_source, decode, escaping, is_live, iter_items
+from .prediction import STAGES, Prediction, to_predictions
 from ..base.messages import escaped, require_file
 from ..artifacts.input_convention import model_input
 from ..artifacts.preprocess import resize_images
@@ -31,14 +37,9 @@ from ..base.values import Flag, Int, PathArg, check_value, max_threads
 THREADS = Int(1, max_threads, optional=True)  # past 8 per core the OpenMP runtime may fail to start them: a SIGSEGV
 MAX_PIXELS = Int(1, optional=True)  # None: no limit
 TOP_K = Int(1)
+BATCH = Int(1, optional=True)
 
-
-@dataclass
-class Prediction:
-    class_id: int
-    name: str
-    prob: float
-    top: list[tuple[int, str, float]]  # the k most probable classes, best first
+__all__ = ["Classifier", "Prediction"]  # Prediction lives in runtime.prediction; imported from here too
 
 
 class Classifier:
@@ -138,41 +139,64 @@ class Classifier:
         return predict_all(self.runner, x, self.max_batch)[0]
 
     @escaped
-    def predict(self, images: Sequence | np.ndarray, top_k: int = 1) -> list[Prediction]:
-        """Classify uint8 images (arrays of any size) or image files, in chunks of the artifact's batch, so
-        memory follows the chunk and not the count of inputs (100,000 small arrays are fine)."""
+    def predict(self, source: Any = None, top_k: int = 1, *, stream: bool = False,
+                batch: int | None = None) -> list[Prediction] | Iterator[Prediction]:
+        """Classify `source` (runtime.inputs: an image file, a folder, a glob, a video file, a camera or stream
+        URI, uint8 arrays or an NxHxWxC batch, or a list of them) with the preprocessing the sidecar records, in
+        chunks of the artifact's batch (`batch`: smaller ones), so memory follows the chunk and not the count of
+        inputs (100,000 small arrays are fine). A list of `Prediction`s; with `stream=True` a generator that
+        reads the source only as it is consumed (a camera or a stream, which never ends, needs it; its newest
+        frame is classified alone)."""
         top_k = check_value(TOP_K, top_k, "--top-k")
+        batch = check_value(BATCH, batch, "batch")
+        check_value(Flag(), stream, "stream")
         self._require_open()
-        if isinstance(images, (str, Path)) or (isinstance(images, np.ndarray) and images.ndim in (2, 3)):
-            images = [images]
-        if not isinstance(images, np.ndarray):
-            images = list(images)
-        if len(images) == 0:
-            raise InputError("empty batch: nothing to classify")
-        out: list[Prediction] = []
-        for start in range(0, len(images), self.max_batch):
-            out += self._predict_chunk(images[start:start + self.max_batch], top_k, start)
-        return out
+        check_source(source)
+        live = is_live(source)
+        if live and not stream:
+            raise InputError(f"{source}: a camera or a stream never ends; use predict(source=..., stream=True) "
+                             "and stop when you have enough")
+        chunk = 1 if live else min(batch or self.max_batch, self.max_batch)
+        results = escaping(self._predictions(source, top_k, chunk))
+        return results if stream else list(results)
 
-    def _predict_chunk(self, images: Sequence | np.ndarray, top_k: int, first: int) -> list[Prediction]:
-        logits = self.logits(self.preprocess(images)).astype(np.float64)
-        if logits.ndim != 2 or logits.shape[1] != len(self.classes):
-            raise ValueError(f"{self.path.name}: the model outputs logits of shape {logits.shape[1:]}, but its sidecar "
-                             f"names {len(self.classes)} classes; rebuild the artifact with mlit-edge")
-        finite = np.isfinite(logits).all(axis=1)
-        if not finite.all():  # a class picked from NaN would be noise presented as an answer
-            raise InputError(f"images[{first + int(np.argmin(finite))}]: the model's logits are NaN or infinite "
-                             "(a broken artifact, or an input it cannot handle)")
-        z = logits - logits.max(axis=1, keepdims=True)
-        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-        k = max(1, min(top_k, probs.shape[1]))
-        order = np.argsort(-probs, axis=1)[:, :k]
-        return [Prediction(int(o[0]), self._name(o[0]), float(p[o[0]]),
-                           [(int(c), self._name(c), float(p[c])) for c in o]) for o, p in zip(order, probs)]
+    def _predictions(self, source: Any, top_k: int, chunk: int) -> Iterator[Prediction]:
+        items = iter_items(source, self.size, self.max_pixels)
+        pending: list[Item] = []
+        try:
+            for item in items:
+                pending.append(item)
+                if len(pending) >= chunk:
+                    done, pending = pending, []
+                    yield from self._classify(done, top_k)
+            if pending:
+                yield from self._classify(pending, top_k)
+        finally:
+            items.close()  # a video's reader is released when the caller stops early
+
+    def _classify(self, items: list[Item], top_k: int) -> list[Prediction]:
+        """One chunk: decode, preprocess, infer, postprocess, each timed (runtime.prediction says how)."""
+        t0 = time.perf_counter()
+        if items[0].batch is not None:  # rows of one NxHxWxC array, in order: resized as one block
+            images: Any = items[0].batch[items[0].row:items[-1].row + 1]
+        else:
+            images = [decode(it, self.max_pixels) for it in items]
+        t1 = time.perf_counter()
+        x = self.preprocess(images)
+        t2 = time.perf_counter()
+        logits = self.logits(x)
+        t3 = time.perf_counter()
+        preds = to_predictions(logits, self.classes, top_k, self.path.name, items[0].index)
+        for it, p in zip(items, preds):
+            p.path, p.frame, p.index, p.batch = it.path, it.frame, it.index, len(items)
+        t4 = time.perf_counter()
+        spent = (sum(it.decode_s for it in items) + t1 - t0, sum(it.resize_s for it in items) + t2 - t1, t3 - t2,
+                 t4 - t3)
+        times = MappingProxyType({stage: round(s * 1000, 4) for stage, s in zip(STAGES, spent)})
+        for p in preds:
+            p.times_ms = times  # one read-only mapping for the chunk: 100,000 predictions do not hold 100,000 dicts
+        return preds
 
     def _require_open(self) -> None:
         if not self.runner.is_active:
             raise RuntimeError(f"this Classifier of {self.path.name} was closed; load it again with Classifier.load")
-
-    def _name(self, c) -> str:
-        return self.classes[int(c)] if int(c) < len(self.classes) else str(int(c))

@@ -16,7 +16,6 @@ import hashlib
 import os
 import stat
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -25,8 +24,9 @@ import numpy as np
 from .classifier import Classifier
 from ..base.compat import is_relative_to
 from .images import DEFAULT_MAX_PIXELS, InputError, decode_image
+from .inputs import expand_name, is_video
 from .inbox import FOLDERS, ResultsLog, claim, give_back, lock, make_folders, recover_claims, say, settle
-from ..base.messages import file_kind, typed_line
+from ..base.messages import file_kind, printable, typed_line
 
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
 SETTLE_S = 1.0  # [ours] unchanged this long before a file is read
@@ -35,16 +35,29 @@ RETRY_S = 10.0  # [ours] a file that does not decode is retried until unchanged 
 
 def predict_files(model: str | Path, paths: Iterable[str | Path], top_k: int = 1,
                   max_pixels: int | None = DEFAULT_MAX_PIXELS, force: bool = False) -> list[dict]:
-    """One JSON-able result per file; a file that cannot be read gets an "error" and the rest go on.
-    `force`: run a plan built on another Jetson module (`Classifier.load`)."""
+    """One JSON-able result per file (`Prediction.to_dict()`); a folder or a glob stands for its image files, as
+    in `predict(source=...)` (`inputs.expand_name`). A file that cannot be read, a folder without images and a
+    glob that matches nothing each get an "error" and the rest go on. `force`: run a plan built on another Jetson
+    module (`Classifier.load`)."""
+    files: list[tuple[str, str | None]] = []  # each file, and why it cannot be classified (None: it can)
+    for name in paths:
+        try:
+            named = [name] if is_video(name) else expand_name(name)  # a URI is not a file name, nor a glob
+            files += [(str(f), f"{printable(f)}: a video, a camera or a stream; classify its frames with mlit-edge "
+                       "stream" if is_video(f) else None) for f in named]
+        except InputError as e:
+            files.append((str(name), str(e)))
     out = []
     with Classifier.load(model, max_pixels=max_pixels, force=force) as clf:
-        for p in paths:
+        for i, (path, error) in enumerate(files):
             try:
-                pred = clf.predict([p], top_k)[0]
-                out.append({"path": str(p), **asdict(pred)})
+                if error is not None:
+                    raise InputError(error)
+                pred = clf.predict([path], top_k)[0]
+                pred.index = i
+                out.append(pred.to_dict())
             except InputError as e:
-                out.append({"path": str(p), "error": str(e)})
+                out.append({"path": path, "error": str(e)})
     return out
 
 

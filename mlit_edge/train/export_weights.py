@@ -1,5 +1,6 @@
 """`mlit-edge export-weights CKPT --out DIR`: a checkpoint's weights as the pair timm and the Hugging Face hub
-share (`DIR/model.safetensors` + `DIR/config.json`, `weights_file`), with what it was made from: the
+share (`DIR/model.safetensors` + `DIR/config.json`, `weights_file`, with timm's keys) and a model card
+(`DIR/README.md`, with the metrics the checkpoint records), with what it was made from: the
 checkpoint's path and the sha256 of the bytes that were read. The optimizer and the other resume state stay
 behind; `--checkpoint DIR/model.safetensors` then works wherever a checkpoint is taken.
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from ..base.messages import not_a_file, printable
 from ..artifacts.outputs import output_folder
 from .checkpoint import checked_model, read_checkpoint
+from .model_card import CARD_FILE
 from .weights_file import CONFIG_FILE, WEIGHTS_FILE, stale_temporaries, write_weights
 
 logger = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ def export_weights(checkpoint: str, out: str | Path, force: bool = False) -> dic
     if out.exists() and not out.is_dir():
         kind = not_a_file(out) or "is a file"
         raise FileExistsError(f"--out {printable(out)} {kind}; give a folder for {WEIGHTS_FILE} and {CONFIG_FILE}")
-    there = [n for n in (WEIGHTS_FILE, CONFIG_FILE) if (out / n).exists()]
+    there = [n for n in (WEIGHTS_FILE, CONFIG_FILE, CARD_FILE) if (out / n).exists()]  # the card is replaced too
     if there and not force:
         raise FileExistsError(f"--out {printable(out)} already holds {', '.join(there)}; pass --force to replace them")
     ckpt, sha = read_checkpoint(checkpoint)

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import checkpoint as ck
+from ..base.messages import printable
 from ..model.config import MAEConfig, MLiTConfig, get_config, size_label
 from ..model.mlit import MLiT, count_parameters
 from .data import ImageSet, Loader, label_subset, load_dataset
@@ -32,14 +33,20 @@ logger = logging.getLogger(__name__)
 
 
 def build_model(run: RunConfig, train_set: ImageSet) -> tuple[nn.Module, str, MLiTConfig | MAEConfig, str]:
-    """The model for the task, with its checkpoint kind, config and size name."""
-    from ..model.mae import MMLiT, classifier_from_mae
+    """The model for the task, with its checkpoint kind, config and size name. A run from a checkpoint (finetune
+    --from, train --checkpoint) starts from its body, under a fresh head where the data's classes are another
+    number (`rehead`); the head is named by the data's classes either way."""
+    from ..model.mae import MMLiT
+    from .rehead import classifier_from_checkpoint
 
     classes = len(train_set.classes)
-    if run.task == "finetune":
-        pre = ck.load_checkpoint(run.init_from, kind="mmlit")
-        enc = ck.config_from_dict("mmlit", pre["config"]).encoder
-        model = classifier_from_mae(pre["model"], enc, classes, **run.overrides)
+    if run.num_classes is not None and run.num_classes != classes:  # before any model is built
+        raise ValueError(f"--num-classes {run.num_classes}: {printable(train_set.name)} has {classes} classes, and "
+                         f"the head learns the data's labels; give a dataset of {run.num_classes} classes (an "
+                         "ImageFolder with one folder per class), or leave --num-classes out")
+    if run.init_from:
+        pre = ck.load_checkpoint(run.init_from, kind="mmlit" if run.task == "finetune" else None)
+        model = classifier_from_checkpoint(pre, classes, run.init_from, **run.overrides)
         return model, "mlit", model.cfg, size_label(pre.get("size") or run.size, model.cfg)
     if run.task == "pretrain":
         cfg = run.mae_config()

@@ -1,5 +1,6 @@
 """Models by name, as timm's `create_model`: a new mLiT of a size, or a shipped pretrained model loaded and
-checked (`mlit_edge.create_model("xxs", pretrained=True)`)."""
+checked (`mlit_edge.create_model("xxs", pretrained=True)`), re-headed for another number of classes
+(`num_classes=5`: the pretrained body under a fresh head, `rehead`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ from torch import nn
 
 from ..model.mlit import new_model
 from .checkpoint import load_checkpoint, model_from_checkpoint
+from .rehead import classifier_from_checkpoint
 from .pretrained import PREFIX, PretrainedError, default_for, entry_of, spec_name
 from ..model.config import SIZES
 
@@ -22,7 +24,9 @@ def load_pretrained(spec: str | Path) -> nn.Module:
 def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.Module:
     """A model by size, as timm's `create_model`: `create_model("xxs", num_classes=10)` is a new, random mLiT;
     `pretrained=True` the size's shipped classifier (`mlit-edge pretrained`); `pretrained="xxs-mnist5k-mae"`
-    (or any shipped NAME) that model, an MMLiT for a masked auto-encoder. A shipped model takes no overrides.
+    (or any shipped NAME) that model, an MMLiT for a masked auto-encoder. A shipped model takes one override,
+    `num_classes`, as timm's do: its body (an mmLiT's encoder) under a fresh head of that many outputs, with a
+    one-line notice (`rehead.classifier_from_checkpoint`); the same number keeps a classifier's own head.
     Sizes are case-insensitive, as `new_model`'s are; anything else is a one-line error.
     """
     if not isinstance(size, str):
@@ -33,9 +37,10 @@ def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.M
                          "shipped NAME (mlit-edge pretrained lists them), or False for random weights")
     if not pretrained:
         return new_model(size, **overrides)
+    num_classes = overrides.pop("num_classes", None)
     if overrides:
         raise ValueError(f"create_model: {', '.join(overrides)} cannot change a pretrained model's config; "
-                         "fine-tune it instead (mlit-edge finetune, or load it and replace its head)")
+                         "only num_classes re-heads it (or fine-tune it: mlit-edge train --checkpoint)")
     if pretrained is True:
         spec = default_for(size)
         if spec is None:
@@ -46,4 +51,7 @@ def create_model(size: str, pretrained: bool | str = False, **overrides) -> nn.M
         entry = entry_of(spec)
         if entry["size"] != size:
             raise PretrainedError(f"{PREFIX}{spec_name(spec)} is of size {entry['size']!r}, not {size!r}")
-    return load_pretrained(spec)
+    if num_classes is None:
+        return load_pretrained(spec)
+    spec = PREFIX + spec_name(spec)
+    return classifier_from_checkpoint(load_checkpoint(spec), num_classes, spec).eval()

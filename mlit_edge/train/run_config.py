@@ -35,7 +35,8 @@ class RunConfig:
     resident: bool = False  # keep the whole dataset on the device
     compile: bool = False
     resume: bool = False
-    init_from: str | None = None  # mmLiT checkpoint to fine-tune from
+    init_from: str | None = None  # finetune: the mmLiT checkpoint; train: a checkpoint whose body to start from
+    num_classes: int | None = None  # the head's outputs, which must be the data's class count (None: the data's)
     overrides: dict = field(default_factory=dict)  # MLiTConfig fields, and the decoder's for pretrain
     mask_ratio: float | None = None  # MAE only
     labels_per_class: int | None = None  # train/finetune on this many labelled images of each class
@@ -48,6 +49,11 @@ class RunConfig:
             raise ValueError(f"task must be one of {TASKS}")
         if self.amp not in AMPS:
             raise ValueError(f"--amp {self.amp!r}: choose from {', '.join(AMPS)}")
+        if self.num_classes is not None and (self.num_classes < 1 or self.task == "pretrain"):
+            raise ValueError("--num-classes must be at least 1" if self.num_classes < 1 else
+                             "--num-classes: pre-training builds no head")
+        if self.init_from and self.task == "pretrain":
+            raise ValueError("pretrain starts from random weights; fine-tune a checkpoint with train --checkpoint")
         for name in ("epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
@@ -68,7 +74,7 @@ class RunConfig:
                              "builds")
         if self.task == "pretrain":  # every value checked before any work
             self.mae_config()
-        elif self.task != "finetune":
+        elif not self.init_from:  # a checkpoint's own config is checked when it is read (train.fit)
             get_config(self.size, **self.encoder)
 
     @property
@@ -92,17 +98,22 @@ class RunConfig:
         """The run a CLI command asks for; `out` defaults to runs/TASK-SIZE-DATA; `gating` names a preset of
         `model.config.GATINGS` that `--set` fields override."""
         data_tag = fields.get("data", cls.data).rstrip("/").split("/")[-1]
-        if task == "finetune" and size is None:  # the encoder's own size names the run folder
-            size = encoder_size(fields["init_from"])
+        if fields.get("init_from"):  # the checkpoint's own size names the run folder
+            own = encoder_size(fields["init_from"], "mmlit" if task == "finetune" else None)
+            if size is not None and size.lower() != own:
+                raise ValueError(f"--size {size}: the --checkpoint is of size {own}; leave --size out")
+            size = own
         if gating is not None:
             fields["overrides"] = {**GATINGS[gating], **fields.get("overrides", {})}
         return cls(task=task, size=size, out=out or f"runs/{task}-{size}-{data_tag}", **fields)
 
 
-def encoder_size(init_from: str) -> str:
-    """The size of the mmLiT encoder a finetune starts from, as its run folder and checkpoint name it."""
+def encoder_size(init_from: str, kind: str | None = "mmlit") -> str:
+    """The size of the body a finetune (an mmLiT's encoder) or a train --checkpoint (`kind` None: either kind)
+    starts from, as its run folder and checkpoint name it."""
     from . import checkpoint as ck  # torch
     from ..model.records import claimed_size
 
-    pre = ck.load_checkpoint(init_from, kind="mmlit")
-    return claimed_size(pre.get("size"), ck.config_from_dict("mmlit", pre["config"]).encoder)
+    pre = ck.load_checkpoint(init_from, kind=kind)
+    cfg = ck.config_from_dict(pre["kind"], pre["config"])
+    return claimed_size(pre.get("size"), cfg.encoder if pre["kind"] == "mmlit" else cfg)

@@ -1,6 +1,7 @@
 """Weights for sharing, in the convention of timm and the Hugging Face hub: `model.safetensors` (the tensors
 and nothing else: no pickle, so nothing in it can run code) beside `config.json` (the model's config, its
-classes and preprocessing, what it was made from, and the sha256 of `model.safetensors`).
+classes and preprocessing, what it was made from, and the sha256 of `model.safetensors`; with timm's keys,
+`hub_config`) and the model card `README.md` (`model_card`).
 
 The shipped pretrained models are such pairs (`mlit_edge/weights/NAME/`); `mlit-edge export-weights CKPT
 --out DIR` writes one from any checkpoint, and `tools/publish_pretrained.py` uses the same writer. Training
@@ -14,8 +15,10 @@ from pathlib import Path
 
 from .. import __version__
 from ..base.messages import first_line, printable
-from ..artifacts.sidecar import WEIGHTS_FORMAT, pending_of, publish_pair, temporary_beside
+from ..artifacts.sidecar import WEIGHTS_FORMAT, atomic_path, pending_of, publish_pair, temporary_beside
 from ..base.textfile import METADATA_BYTES, parse_json, read_bytes
+from .hub_config import timm_keys, timm_problem
+from .model_card import CARD_FILE, model_card
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -57,33 +60,37 @@ def header_problem(content: bytes) -> str | None:
     return None
 
 
-def write_weights(ckpt: dict, out: str | Path, provenance: dict) -> dict:
-    """Write `ckpt`'s weights as `out/model.safetensors` and the rest of what loaders use as `out/config.json`,
-    published as a pair (`artifacts.sidecar.publish_pair`: a kill leaves the old pair or the new, never a mix);
-    returns the config. `provenance` says what it was made from (the checkpoint's path and sha256, the
-    command)."""
+def write_weights(ckpt: dict, out: str | Path, provenance: dict, made_by: str | None = None) -> dict:
+    """Write `ckpt`'s weights as `out/model.safetensors` and the rest of what loaders use as `out/config.json`
+    (with timm's keys, `hub_config`), published as a pair (`artifacts.sidecar.publish_pair`: a kill leaves the old
+    pair or the new, never a mix), then the model card `out/README.md` (`model_card`; `made_by`: the command that
+    trained it, where known); returns the config. `provenance` says what it was made from (the checkpoint's path
+    and sha256, the command)."""
     from safetensors.torch import save
 
     # a clone per tensor: safetensors refuses tensors that share memory, and the values stay bit for bit
     blob = save({k: v.detach().clone().contiguous() for k, v in ckpt["model"].items()}, metadata={"format": "pt"})
-    config = {"format": FORMAT, "format_version": FORMAT_VERSION, "mlit_edge_version": __version__,
-              **{k: ckpt[k] for k in KEPT if k in ckpt},
+    config = {**timm_keys(ckpt), "format": FORMAT, "format_version": FORMAT_VERSION,
+              "mlit_edge_version": __version__, **{k: ckpt[k] for k in KEPT if k in ckpt},
               "weights": {"file": WEIGHTS_FILE, "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)},
               "provenance": provenance}
     text = json.dumps(config, indent=1) + "\n"  # before any file: a value JSON cannot hold fails here
+    card = model_card(config, made_by)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with temporary_beside(out / WEIGHTS_FILE) as tmp:
         tmp.write_bytes(blob)
         publish_pair(tmp, out / WEIGHTS_FILE, out / CONFIG_FILE, text.encode())
+    with atomic_path(out / CARD_FILE) as tmp:  # after the pair, which is what loads; it names the weights' sha256
+        tmp.write_text(card, encoding="utf-8")
     return config
 
 
 def stale_temporaries(folder: Path) -> list[Path]:
     """The hidden temporaries a killed `write_weights` left in `folder` (`.model.safetensors.*.tmp`,
-    `.config.json.*.tmp`, the pending config's `..config.json.pending.*.tmp`): to remove, under the
+    `.config.json.*.tmp`, the pending config's `..config.json.pending.*.tmp`, `.README.md.*.tmp`): to remove, under the
     folder's lock, where no other writer is alive."""
-    marks = tuple(f".{name}." for name in (WEIGHTS_FILE, CONFIG_FILE, pending_of(CONFIG_FILE).name))
+    marks = tuple(f".{name}." for name in (WEIGHTS_FILE, CONFIG_FILE, pending_of(CONFIG_FILE).name, CARD_FILE))
     return sorted(p for p in Path(folder).glob(".*.tmp") if p.is_file() and p.name.startswith(marks))
 
 
@@ -132,6 +139,10 @@ def checkpoint_fields(weights: Path, content: bytes, config_bytes: bytes) -> dic
     if hashlib.sha256(content).hexdigest() != recorded:
         raise WeightsError(f"refused {name}: it does not match the sha256 its {CONFIG_FILE} records (the file "
                            "was changed, damaged or paired with another model's config)")
+    disagreement = timm_problem(config)
+    if disagreement:
+        raise WeightsError(f"refused {name}: in its {CONFIG_FILE}, {disagreement} (edited by hand?); mlit-edge "
+                           "reads its own fields, so edit both alike, or export the pair again")
     try:
         tensors = load(content)
     except (SafetensorError, ValueError, RuntimeError) as e:

@@ -63,7 +63,7 @@ def test_a_changed_or_mismatched_pair_is_refused_in_one_line(tmp_path, tiny_cfg)
     (tmp_path / "a" / "config.json").unlink()
     with pytest.raises(WeightsError, match="no config.json beside it"):
         load_checkpoint(weights)
-    with pytest.raises(FileExistsError, match="already holds model.safetensors; pass --force"):
+    with pytest.raises(FileExistsError, match="already holds model.safetensors, README.md; pass --force"):
         export_weights(str(tmp_path / "checkpoint.pt"), tmp_path / "a")
 
 
@@ -72,6 +72,6 @@ def test_export_weights_command_writes_the_pair(tmp_path, tiny_cfg):
     _ckpt(tmp_path, MLiT(tiny_cfg), tiny_cfg)
     args = ["export-weights", tmp_path / "checkpoint.pt", "--out", tmp_path / "w"]
     run_cli(*args)
-    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     again = run_cli(*args, check=False)
     assert again.returncode == 1 and again.stderr.count("\n") == 1 and "--force" in again.stderr
