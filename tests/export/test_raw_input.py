@@ -74,7 +74,8 @@ def test_the_pixels_graph_matches_the_normalised_one_on_real_images_with_the_sam
 
 @pytest.mark.slow  # the real model exported three times: a real-size export
 def test_the_shipped_model_takes_pixels_exactly_with_the_same_experts_in_every_layer(tmp_path):
-    """The issue's check on the real model: logits within 1e-5 on the 1000-image test split, experts equal."""
+    """The issue's check on the real model, on a quarter of the test split (the issue measured all 1000 images;
+    docs/export-and-build.md has that figure): logits within 1e-5, experts equal in every layer."""
     from mlit_edge.export.onnx_export import export_onnx
     from mlit_edge.export.source import load_for_export
 
@@ -87,7 +88,7 @@ def test_the_shipped_model_takes_pixels_exactly_with_the_same_experts_in_every_l
     for path, convention in zip(paths, (NORMALISED, PIXELS)):
         export_onnx(model, path, info, probe=True, check=False, convention=convention)
     onnx.save(take_uint8(onnx.load(str(paths[1]))), str(paths[2]))  # what --input-dtype uint8 exports
-    hwc, x, ds = _digits(1000)
+    hwc, x, ds = _digits(250)
     chw = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
     with OnnxRuntimeRunner(paths[0], expose_routing=True) as a, OnnxRuntimeRunner(paths[1], expose_routing=True) as b, \
             OnnxRuntimeRunner(paths[2], expose_routing=True) as c:
@@ -96,7 +97,7 @@ def test_the_shipped_model_takes_pixels_exactly_with_the_same_experts_in_every_l
         u8, u8_routes = predict_all(c, chw, routes=True)  # --input-dtype uint8: the same pixels, a Cast inside
     assert np.abs(got - want).max() < 1e-5
     assert len(got_routes) == model.cfg.depth and all(np.array_equal(p, q) for p, q in zip(got_routes, want_routes))
-    assert (got.argmax(-1) == ds.labels[:1000].numpy()).mean() > 0.97
+    assert (got.argmax(-1) == ds.labels[:250].numpy()).mean() > 0.97
     assert np.array_equal(u8, got) and all(np.array_equal(p, q) for p, q in zip(u8_routes, got_routes))
 
 
