@@ -85,6 +85,7 @@ def test_routing_coverage_counts_every_token_and_matches_pytorch(tiny_onnx, cali
     assert len(routing_coverage(tiny_onnx, calib.images, min_tokens=1)["warnings"]) == zero
 
 
+@pytest.mark.slow  # four calibrations: about 6 s
 def test_calibration_cache_reused_unless_model_or_data_change(tiny_onnx, calib, tmp_path):
     cache = tmp_path / "cache"
     rec, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "a.int8.onnx", calib, cache)

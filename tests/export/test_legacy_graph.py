@@ -219,6 +219,7 @@ def test_decomposition_of_a_positive_axis_without_bias(opset):
     _same_outputs(model, new, {"x": 3 + np.random.default_rng(0).standard_normal((2, 4, 3), np.float32)})
 
 
+@pytest.mark.slow  # an XXS export and its fp16 variant: about 7 s
 def test_fp16_keeps_the_decomposed_layernorm_in_fp32(tmp_path):
     from mlit_edge.export.fp16 import to_fp16
     from mlit_edge.artifacts.sidecar import user_fields, write_sidecar

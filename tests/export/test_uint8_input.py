@@ -146,6 +146,7 @@ def test_triton_declares_a_uint8_input_and_deepstream_refuses_one(pair, tmp_path
     assert (write_deepstream(pair[0], tmp_path / "ds-f32") / "config_infer_mlit.txt").is_file()  # float32: served
 
 
+@pytest.mark.slow  # two variants and three TensorRT-RTX builds: about 7 s
 def test_fp16_and_int8_variants_take_uint8_and_tensorrt_rtx_builds_all_three(pair, tmp_path):
     """The variants of a uint8 graph keep its uint8 input (the fp16 converter leaves the Cast as it is; INT8 is
     calibrated on uint8 pixels), agree with the float32 pixels graph's variants, and TensorRT-RTX parses and

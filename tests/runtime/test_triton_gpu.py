@@ -116,6 +116,7 @@ def test_a_plan_stays_on_the_gpu_and_kind_cpu_is_refused_in_one_line(tmp_path):
     refused([plan, "--engine-cache", "/var/cache/trt"], tmp_path / "no", "a plan is its engine already")
 
 
+@pytest.mark.slow  # an export for Triton: about 4 s
 def test_the_engine_cache_is_one_folder_per_artifact_under_an_absolute_root(tmp_path):
     """ONNX Runtime's engine cache key hashes model.onnx's name and the graph's tensor names, not the weights: two
     artifacts of one architecture, published under one name, get two folders."""
