@@ -92,13 +92,19 @@ def output_folder(folder: str | Path) -> Iterator[Path]:
                 logger.info(f"removed {len(stale)} temporary file(s) that an interrupted build left in {folder}")
             yield folder
     except BaseException:
-        for p in (folder, *folder.parents) if top is not None else ():  # a refused build leaves no empty folder
-            if not p.is_dir() or any(p.iterdir()):
-                break
-            p.rmdir()
-            if p == top:
-                break
+        if top is not None:  # a refused build leaves no empty folder behind, nor the empty parents it made
+            _remove_empty(folder, top)
         raise
+
+
+def _remove_empty(folder: Path, top: Path) -> None:
+    """Remove `folder` and its parents, up to `top` (the first this writer made), while each is empty."""
+    for p in (folder, *folder.parents):
+        if not p.is_dir() or any(p.iterdir()):
+            return
+        p.rmdir()
+        if p == top:
+            return
 
 
 def source_of(record: ArtifactRecord) -> tuple:

@@ -86,10 +86,16 @@ def escaped(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            if e.args and any(isinstance(a, str) and not a.isprintable() for a in e.args):
-                e.args = tuple(printable(a) if isinstance(a, str) else a for a in e.args)
+            escape_args(e)
             raise
     return wrapper
+
+
+def escape_args(e: BaseException) -> None:
+    """Rewrite `e`'s message strings with their control characters escaped (`printable`), in place: `escaped`
+    does it for a call, `runtime.inputs.escaping` for a generator's results."""
+    if e.args and any(isinstance(a, str) and not a.isprintable() for a in e.args):
+        e.args = tuple(printable(a) if isinstance(a, str) else a for a in e.args)
 
 
 def log_lines(log: logging.Logger, text: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from .artifact import BATCH_PROFILE, RunnerOptions, artifact_format, open_artifact
-from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
+from .images import DEFAULT_MAX_PIXELS, InputError, check_array, check_batch, load_image
 from .inputs import Item, check_source, decode, escaping, is_live, iter_items
 from .prediction import STAGES, Prediction, to_predictions
 from ..base.messages import escaped, require_file
@@ -106,12 +106,7 @@ class Classifier:
         if isinstance(images, (str, Path)) or (isinstance(images, np.ndarray) and images.ndim in (2, 3)):
             images = [images]
         if isinstance(images, np.ndarray) and images.ndim == 4:
-            if len(images) == 0:
-                raise InputError("empty batch: nothing to classify")
-            if images.dtype != np.uint8:
-                check_array(images, "images")  # raises with the dtype (or NaN) in the message
-            check_array(images[0], "images[0]", self.max_pixels)
-            batch = resize_images(images, self.size)
+            batch = resize_images(check_batch(images, self.max_pixels), self.size)
         else:
             items = list(images)
             if not items:

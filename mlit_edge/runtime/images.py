@@ -134,3 +134,14 @@ def check_array(a: np.ndarray, where: str, max_pixels: int | None = DEFAULT_MAX_
     if max_pixels is not None and a.shape[0] * a.shape[1] > max_pixels:
         raise InputError(f"{where}: {a.shape[1]}x{a.shape[0]} is over the limit of {max_pixels / 1e6:.1f} MP")
     return a
+
+
+def check_batch(images: np.ndarray, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """`images` when it is a non-empty NxHxWxC uint8 batch (its first image checked as `check_array` checks one:
+    the rows share a shape); InputError saying why not."""
+    if len(images) == 0:
+        raise InputError("empty batch: nothing to classify")
+    if images.dtype != np.uint8:
+        check_array(images, "images")  # raises with the dtype (or NaN) in the message
+    check_array(images[0], "images[0]", max_pixels)
+    return images

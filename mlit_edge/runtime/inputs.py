@@ -22,8 +22,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..artifacts.preprocess import resize_images
-from ..base.messages import not_a_file, printable
-from .images import DEFAULT_MAX_PIXELS, InputError, check_array, load_image
+from ..base.messages import escape_args, not_a_file, printable
+from .images import DEFAULT_MAX_PIXELS, InputError, check_array, check_batch, load_image
 from .sources import LIVE_SCHEMES, VIDEO_SUFFIXES, parse_source
 
 # what Pillow reads (images.load_image); a folder or a glob takes these, and leaves other files alone
@@ -117,11 +117,7 @@ def iter_items(source: Any, size: int, max_pixels: int | None = DEFAULT_MAX_PIXE
     The caller runs `check_source` first, so that a wrong source is refused before a generator is handed back."""
     counter = iter(range(1 << 62))
     if isinstance(source, np.ndarray) and source.ndim == 4:
-        if len(source) == 0:
-            raise InputError("empty batch: nothing to classify")
-        if source.dtype != np.uint8:
-            check_array(source, "images")  # raises with the dtype (or NaN) in the message
-        check_array(source[0], "images[0]", max_pixels)
+        check_batch(source, max_pixels)
         for i in range(len(source)):
             yield Item(next(counter), batch=source, row=i, where=f"images[{i}]")
         return
@@ -165,8 +161,7 @@ def escaping(results: Iterator[Any]) -> Iterator[Any]:
     try:
         yield from results
     except Exception as e:
-        if e.args and any(isinstance(a, str) and not a.isprintable() for a in e.args):
-            e.args = tuple(printable(a) if isinstance(a, str) else a for a in e.args)
+        escape_args(e)
         raise
     finally:
         close = getattr(results, "close", None)

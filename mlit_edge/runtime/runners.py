@@ -11,7 +11,7 @@ open. Inputs and outputs are numpy arrays keyed by name. Heavy backends are impo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -218,14 +218,15 @@ def with_routing_outputs(src):
 
 
 def predict_all(runner: Runner, images: np.ndarray, batch: int = 64, routes: bool = False,
-                normalised: "tuple[Sequence[float], Sequence[float]] | None" = None
-                ) -> tuple[np.ndarray, list[np.ndarray] | None]:
+                normalised: "tuple[Sequence[float], Sequence[float]] | None" = None,
+                done: "Callable[[int], None] | None" = None) -> tuple[np.ndarray, list[np.ndarray] | None]:
     """Logits, and with `routes` each layer's (N, tokens, k) expert indices, for all `images`.
 
     Runs in chunks of `batch`, or of the runner's fixed batch, zero-padding the last chunk; padded
     rows never reach the results. `normalised=(mean, std)`: `images` are decoded images normalised with
     them (a data set's), fed in the convention the graph's input names (`input_convention.graph_feed`);
-    None: `images` are the graph's input as they are.
+    None: `images` are the graph's input as they are. `done(n)` is told the images of each chunk as it ends
+    (a progress bar's count).
     """
     fixed = runner.static_batch
     step = fixed or batch
@@ -242,4 +243,6 @@ def predict_all(runner: Runner, images: np.ndarray, batch: int = 64, routes: boo
         if routes:
             for acc, name in zip(per_layer, runner.route_names):
                 acc.append(out[name].reshape(len(x), -1, out[name].shape[-1])[:n])
+        if done is not None:
+            done(n)
     return np.concatenate(logits), ([np.concatenate(r) for r in per_layer] if routes else None)

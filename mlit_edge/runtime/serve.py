@@ -50,14 +50,15 @@ def predict_files(model: str | Path, paths: Iterable[str | Path], top_k: int = 1
     out = []
     with Classifier.load(model, max_pixels=max_pixels, force=force) as clf:
         for i, (path, error) in enumerate(files):
-            try:
-                if error is not None:
-                    raise InputError(error)
-                pred = clf.predict([path], top_k)[0]
-                pred.index = i
-                out.append(pred.to_dict())
-            except InputError as e:
-                out.append({"path": path, "error": str(e)})
+            if error is None:
+                try:
+                    pred = clf.predict([path], top_k)[0]
+                    pred.index = i
+                    out.append(pred.to_dict())
+                    continue
+                except InputError as e:
+                    error = str(e)
+            out.append({"path": path, "error": error})
     return out
 
 
