@@ -645,8 +645,9 @@ def _round3(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     import os
 
     cases: list[Case] = []
-    small = [f"--set={k}={v}" for k, v in dict(dim=24, depth=3, heads=4, groups=2, hidden_first=16,
-                                                 hidden_last=8).items()]  # the config of tests/conftest.py's SMALL
+    from tests.conftest import SMALL
+
+    small = [f"--set={k}={v}" for k, v in SMALL.items() if k not in ("img_size", "num_classes")]
     resume = ["train", *small, "--epochs", "2", "--resume", "--no-progress", "--out"]
     published = folder / "published"
     published.mkdir()

@@ -21,7 +21,7 @@ from ..artifacts.targets import FLAVOURS
 from ..export.handoff import HeldOut, Variant
 from ..export.requests import BuildRequest
 from ..export.resolve import BuildPlan
-from ..export.variants import evaluate_runner, routing_report
+from ..export.variants import evaluate_runner, routing_report, top1_of
 from ..base.messages import log_lines
 from ..runtime.ov_runner import CAPABILITY, OpenVINORunner, cpu_capabilities, import_openvino, weights_path
 from ..runtime.runners import predict_all
@@ -54,6 +54,7 @@ def measure_ir(runner: OpenVINORunner, plan: BuildPlan, model, record: ArtifactR
     held_out = HeldOut(plan.dataset)
     pre = record.preprocess
     normalisation = (pre.mean, pre.std) if pre else (held_out.split.mean, held_out.split.std)
+    got = None
     with runner:
         if model is not None:  # a PyTorch model: onnx_export (torch) is loaded here, not by the build's import
             from ..export.onnx_export import parity_of
@@ -66,7 +67,9 @@ def measure_ir(runner: OpenVINORunner, plan: BuildPlan, model, record: ArtifactR
                         f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
             log_lines(logger, routing_report(parity, precision))
         if plan.evaluate and not record.random_weights:
-            out["accuracy"] = acc = evaluate_runner(runner, held_out, 64, normalisation)
+            # the parity run's logits when it covered the whole split (fed the same way): one pass, not two
+            out["accuracy"] = acc = (top1_of(got, held_out) if got is not None and held_out.sample_is_split()
+                                     else evaluate_runner(runner, held_out, 64, normalisation))
             logger.info(f"[build] top-1 on {acc['dataset']} test ({acc['images']} images, OpenVINO): {acc['top1']:.4f}")
     return out
 

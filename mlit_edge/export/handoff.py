@@ -43,6 +43,11 @@ class HeldOut:
 
         return self.split.inputs(sample_indices(len(self.split), n, seed))
 
+    def sample_is_split(self, n: int = HELD_OUT) -> bool:
+        """Whether `sample(n)` is the whole split in its order (the subset is sorted), so that outputs computed
+        on the sample give the split's top-1 without a second pass."""
+        return len(self.split) <= n
+
 
 @dataclass
 class Variant:

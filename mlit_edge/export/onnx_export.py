@@ -247,10 +247,15 @@ def variant_parity(path: str | Path, model: MLiT, images: np.ndarray, proto=None
     beside the median margin that decides them (k-th minus (k+1)-th clean gate logit): a small margin is
     why reduced precision flips a layer's routing. `proto`: the variant's graph, when the caller holds it.
     `images`: normalised decoded images with `normalisation` (mean, std), fed as the graph's input asks."""
+    return parity_of(*variant_outputs(path, images, proto, normalisation), model, images)
+
+
+def variant_outputs(path: str | Path, images: np.ndarray, proto=None,
+                    normalisation: tuple | None = None) -> tuple[np.ndarray, list]:
+    """A variant's logits and each layer's chosen experts on `images`, through ONNX Runtime with the session
+    settings its sidecar records; `variant_parity`'s arguments."""
     with OnnxRuntimeRunner(path, session=ORT_SESSION, expose_routing=True, content=proto) as run:
-        got, routes = predict_counted("verification: ONNX Runtime", run, images, routes=True,
-                                      normalised=normalisation)
-    return parity_of(got, routes, model, images)
+        return predict_counted("verification: ONNX Runtime", run, images, routes=True, normalised=normalisation)
 
 
 def parity_of(got: np.ndarray, routes: list, model: MLiT, images: np.ndarray) -> dict:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 
 from ..base.messages import log_lines
 from ..base.progress import progress
@@ -38,36 +39,65 @@ def evaluate_onnx(path: str | Path, held_out: HeldOut, batch: int = 250, content
 
 def evaluate_runner(run, held_out: HeldOut, batch: int = 250, normalisation: tuple | None = None) -> dict:
     """`evaluate_onnx` through an open runner of any kind; `normalisation`: (mean, std), the split's by default."""
-    images, labels, name = held_out.labelled()
+    images, _, name = held_out.labelled()
     logits, _ = predict_counted(f"top-1 on {name} test", run, images, batch,
-                                normalised=normalisation or (held_out.split.mean, held_out.split.std))
+                                normalised=normalisation or split_normalisation(held_out))
+    return top1_of(logits, held_out)
+
+
+def top1_of(logits: np.ndarray, held_out: HeldOut) -> dict:
+    """`evaluate_runner`'s figures from logits already computed on the whole split, in its order."""
+    labels = held_out.split.labels.numpy()
     correct = int((logits.argmax(-1) == labels).sum())
-    return {"dataset": name, "split": "test", "images": int(len(labels)), "top1": correct / max(1, len(labels))}
+    return {"dataset": held_out.split.name, "split": "test", "images": int(len(labels)),
+            "top1": correct / max(1, len(labels))}
+
+
+def split_normalisation(held_out: HeldOut) -> tuple:
+    """The (mean, std) the split's images were normalised with."""
+    return held_out.split.mean, held_out.split.std
+
+
+def reusable_for_top1(held_out: HeldOut | None, normalisation: tuple | None) -> bool:
+    """Whether outputs computed on `held_out.sample()` fed with `normalisation` are the split's as `evaluate_runner`
+    feeds it: the sample is the whole split and the images reach the graph the same way."""
+    if held_out is None or not held_out.sample_is_split():
+        return False
+    return normalisation is None or all(list(map(float, a)) == list(map(float, b))
+                                        for a, b in zip(normalisation, split_normalisation(held_out)))
 
 
 def measure(path: Path, record: ArtifactRecord, model=None, evaluate: bool = True, data_root: str | Path = "data",
             step: str | None = "[export 3/3]", held_out: HeldOut | None = None, proto: Any = None) -> dict:
     """What an artifact's sidecar records about how it computes: `parity` against the PyTorch `model`
-    for a reduced precision, and `accuracy` on the held-out split of its dataset.
+    for a reduced precision, and `accuracy` on the held-out split of its dataset (from the parity run's logits
+    when that run covered the whole split, as it does for splits of up to `HELD_OUT` images).
 
     `step` prefixes the accuracy line; None measures silently what is not asked (an intermediate file).
     `held_out`: the decoded test split; `proto`: the artifact's graph, when the caller holds it parsed."""
     out = {}
     dataset = record.dataset
     held_out = held_out or (HeldOut(dataset, data_root) if dataset else None)
+    logits = None
     if model is not None and record.precision != "fp32":
-        from .onnx_export import variant_parity
+        from .onnx_export import parity_of, variant_outputs
 
         images = held_out.sample() if held_out else HeldOut("mnist5k", data_root).sample()
         pre = record.preprocess
-        out["parity"] = parity = variant_parity(path, model, images, proto=proto,
-                                                normalisation=(pre.mean, pre.std) if pre else None)
+        normalisation = (pre.mean, pre.std) if pre else None
+        logits, routes = variant_outputs(path, images, proto, normalisation)
+        out["parity"] = parity = parity_of(logits, routes, model, images)
+        if not reusable_for_top1(held_out, normalisation):
+            logits = None
         logger.info(f"      vs PyTorch on {parity['images']} held-out images: top-1 agreement "
                     f"{parity['top1_agreement']:.4f}, max abs logit error {parity['max_abs_err']:.2e}")
         log_lines(logger, routing_report(parity, record.precision))
     if evaluate and dataset and not record.random_weights:
-        content = proto.SerializeToString() if proto is not None else None
-        out["accuracy"] = acc = evaluate_onnx(path, held_out, content=content)
+        if logits is not None:  # the parity run was the whole split: its logits are the top-1's, one pass saved
+            out["accuracy"] = acc = top1_of(logits, held_out)
+        else:
+            content = proto.SerializeToString() if proto is not None else None
+            out["accuracy"] = acc = evaluate_onnx(path, held_out, content=content)
         logger.info(f"{step or '     '} top-1 on {acc['dataset']} {acc['split']} ({acc['images']} images, "
                     f"ONNX Runtime): {acc['top1']:.4f}")
     elif step is not None:

@@ -106,11 +106,12 @@ def test_pad_heads_refuses_bad_sizes_in_one_line(setting, message):
 
 
 @pytest.mark.slow  # real-size exports
-@pytest.mark.parametrize("size", ["s", "xs", "xxs"])
+@pytest.mark.parametrize("size", ["xs", "xxs"])
 def test_padded_heads_are_exact_for_the_real_sizes(size, tmp_path):
-    """The ONE real-size check: each head padded (18 -> 24; XS's 16 -> 24 too), exported with the routing outputs:
+    """The ONE real-size check: each head padded (XXS's 18 -> 24, XS's 16 -> 24), exported with the routing outputs:
     ONNX Runtime's logits within 1e-5 of the eval-mode PyTorch model and the same experts in every layer, at
-    batch 1 and 8."""
+    batch 1 and 8. S pads as XXS does (head 18, two query heads a group) on more layers; its unpadded graph is
+    checked on every size in tests/export/test_export.py, and its export here cost 6-7 s a run."""
     from mlit_edge.export.source import load_for_export
     from mlit_edge.runtime.runners import OnnxRuntimeRunner
 

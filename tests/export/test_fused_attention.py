@@ -1,5 +1,6 @@
 """The ONNX Runtime flavour (export/fused_attention.py): each layer's attention as one fused kernel, exact
-against PyTorch on every size, recorded in its sidecar, and refused by everything TensorRT."""
+against PyTorch (every form on a tiny model, the artifact's on XS and XXS), recorded in its sidecar, and refused
+by everything TensorRT."""
 import numpy as np
 import pytest
 import torch
@@ -33,10 +34,12 @@ def _exact(model, path, images: np.ndarray) -> tuple[float, list[float]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["s", "xs", "xxs"])
-def test_the_fused_graph_is_exact_on_every_size(size, tmp_path):
+@pytest.mark.parametrize("size", ["xs", "xxs"])
+def test_the_fused_graph_is_exact_on_real_sizes(size, tmp_path):
     """The artifact `--target onnxruntime` builds: logits within 1e-5 of PyTorch and the same experts in every
-    layer, at batch 1 and 8, one kernel per layer, and a sidecar that says what it is and what runs it."""
+    layer, at batch 1 and 8, one kernel per layer, and a sidecar that says what it is and what runs it. XS (head 16)
+    and the shipped XXS (head 18); S has XXS's head size and group ratio on more layers, and its export cost 5-6 s
+    a run (tests/export/test_export.py checks its portable graph)."""
     model, info = load_for_export(None, size, 10, random_weights=True)
     path = tmp_path / "m-fp32-ort.onnx"
     record = export_onnx(model, path, info, attention=ORT_ATTENTION)

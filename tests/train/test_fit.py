@@ -62,7 +62,13 @@ def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
     # a class-balanced fifth of the split (--labels-per-class): resume is exercised the same, at a fifth the cost
     common = ["train", *TINY, "--epochs", "2", "--batch-size", "100", "--deterministic", "--no-progress",
               "--eval-every", "2", "--labels-per-class", "80"]
-    cli(*common, "--out", tmp_path / "straight", timeout=600)
+    # the straight run and the resume in this process (a torch import each saved), on the killed child's one thread
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_cli(*common, "--out", tmp_path / "straight")
+    finally:
+        torch.set_num_threads(threads)
 
     run = tmp_path / "killed"
     proc = subprocess.Popen([*CLI, *map(str, common), "--out", str(run)], env=ENV, stdout=subprocess.DEVNULL,
@@ -76,7 +82,11 @@ def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
     epoch_at_kill = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
     assert epoch_at_kill < 2, "killed too late to test anything"
 
-    cli(*common, "--out", run, "--resume", timeout=600)
+    torch.set_num_threads(1)
+    try:
+        run_cli(*common, "--out", run, "--resume")
+    finally:
+        torch.set_num_threads(threads)
     a, b = _weights(tmp_path / "straight" / "checkpoint.pt"), _weights(run / "checkpoint.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
