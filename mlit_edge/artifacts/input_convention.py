@@ -110,7 +110,7 @@ def from_normalised(x: np.ndarray, convention: str, mean: Sequence[float], std: 
     m = np.asarray(mean, np.float64).reshape(1, -1, 1, 1)
     s = np.asarray(std, np.float64).reshape(1, -1, 1, 1)
     p = (x.astype(np.float64) * s + m) * 255.0
-    return np.ascontiguousarray((np.clip(np.rint(p), 0, 255) if from_uint8 else p).astype(np.float32))
+    return np.ascontiguousarray((np.clip(np.rint(p), 0.0, 255.0) if from_uint8 else p).astype(np.float32))
 
 
 def graph_feed(input_name: str, x: np.ndarray, mean: Sequence[float], std: Sequence[float],

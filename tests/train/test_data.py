@@ -20,6 +20,23 @@ def test_embedded_mnist5k_split():
     assert not any(bytes(img.numpy()) in train_keys for img in test.images)
 
 
+def test_the_embedded_set_is_decoded_once_and_each_load_is_a_copy_of_its_own(monkeypatch):
+    """The stages of one command share the decoded split; what one of them does to its copy reaches no other."""
+    from mlit_edge.train import data
+
+    data._mnist5k_resized.cache_clear()
+    decoded = []
+    real = data.mnist5k_raw
+    monkeypatch.setattr(data, "mnist5k_raw", lambda split: decoded.append(split) or real(split))
+    a, b = load_dataset("mnist5k", "test"), load_dataset("mnist5k", "test")
+    assert decoded == ["test"] and torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels)
+    a.images[0] += 1
+    a.labels[0] += 1
+    c = load_dataset("mnist5k", "test")
+    assert torch.equal(c.images, b.images) and not torch.equal(c.images, a.images)
+    assert torch.equal(c.labels, b.labels) and c.labels[0] != a.labels[0] and decoded == ["test"]
+
+
 def _cifar_files(root, n_classes):
     rng = np.random.default_rng(0)
 
