@@ -133,7 +133,8 @@ class OpenVINORunner(Runner):
         except Exception as e:
             raise InputError(f"OpenVINO cannot compile {self.path.name} for input {shape}: {first_line(e, 300)}") \
                 from None
-        self.settings["inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        hint = compiled.get_property("INFERENCE_PRECISION_HINT")  # an ov.Type, whose str() is "<Type: 'bfloat16'>"
+        self.settings["inference_precision"] = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
         self._requests[shape] = request = compiled.create_infer_request()
         while len(self._requests) > SHAPES_KEPT:
             self._requests.popitem(last=False)

@@ -325,6 +325,18 @@ def test_torch_tensorrt_frontend_builds_a_plan_that_matches_pytorch(tmp_path):
 
 
 @RTX
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt-rtx"])
+def test_int8_calibration_without_torch_is_refused_before_any_work(tiny_onnx, tmp_path, monkeypatch, target):
+    """On a device (no torch, so no dataset reader) an fp32 ONNX cannot be calibrated: one line that says where to
+    calibrate, before anything is written; the INT8 ONNX made on the workstation builds there (below)."""
+    monkeypatch.setattr("mlit_edge.export.resolve.torch_available", lambda: False)
+    proc = run_cli("build", "--onnx", tiny_onnx, "--precision", "int8", "--target", target, "--out", tmp_path / "o",
+                   check=False)
+    assert proc.returncode == 1 and "INT8 calibration reads a dataset, which needs torch" in proc.stderr
+    lines = proc.stderr.strip().splitlines()  # after the random-weights banner, which this graph earns
+    assert [line for line in lines if line.startswith("Error:")] == lines[-1:] and not (tmp_path / "o").exists()
+
+
 def test_device_side_build_from_onnx_needs_no_torch(tiny_onnx, tmp_path):
     """The Jetson flow: an INT8 ONNX made on the workstation becomes a plan where torch and onnx are absent."""
     int8 = variant_of(tiny_onnx, "int8", Inputs(recipe=Recipe("mnist5k", "train", 64, 0), evaluate=False),

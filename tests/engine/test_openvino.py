@@ -39,6 +39,7 @@ def test_the_ir_predicts_what_onnx_runtime_predicts_and_routes_alike(ir):
     assert record.raw["openvino"]["inference_precision"] == "f32"
     with runner:
         got, routes = predict_all(runner, x, batch=2, routes=True)  # two compiled shapes: 2 and the last 1
+        assert runner.settings["inference_precision"] == "f32"  # what the plugin compiled, in the hint's words
     with OnnxRuntimeRunner(onnx, expose_routing=True) as ort:
         want, want_routes = predict_all(ort, x, routes=True)
     assert np.abs(got - want).max() <= 1e-4
