@@ -24,11 +24,7 @@ import torch  # noqa: E402
 
 from mlit_edge.model.config import MLiTConfig  # noqa: E402
 
-# 6-px patches (36 tokens): six epochs reach about 85% top-1 in a third of the time three epochs of 3-px patches
-# took to reach 71%, and every test that runs the trained model runs a quarter of the tokens
-SMALL = dict(img_size=36, patch_size=6, num_classes=10, dim=24, depth=3, heads=4, groups=2, hidden_first=16,
-             hidden_last=8)
-EPOCHS = 6
+from tests.helpers import EPOCHS, SMALL  # noqa: E402
 # The modules of the longest tests, longest first (15-90 s each on the 2-core machine, --durations): they start
 # the run, so that no worker begins one while the other is running out of tests. Worksteal hands each worker a
 # contiguous half of the order and steals from the end of a queue, so whatever runs last is short.

@@ -645,7 +645,7 @@ def _round3(folder: Path, good: Path, checkpoint: Path) -> list[Case]:
     import os
 
     cases: list[Case] = []
-    from tests.conftest import SMALL
+    from tests.helpers import SMALL
 
     small = [f"--set={k}={v}" for k, v in SMALL.items() if k not in ("img_size", "num_classes")]
     resume = ["train", *small, "--epochs", "2", "--resume", "--no-progress", "--out"]

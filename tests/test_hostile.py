@@ -201,10 +201,8 @@ def test_serve_keeps_serving_after_an_exception_with_an_empty_message(good, tmp_
 def test_build_does_not_replace_an_artifact_of_another_source_without_force(trained_checkpoint, tmp_path):
     import torch
 
-    from mlit_edge.export.onnx_export import export_onnx
-    from mlit_edge.export.source import load_for_export
     from mlit_edge.train.checkpoint import load_checkpoint
-    from tests.helpers import tiny_model
+    from tests.helpers import export_tiny
 
     _, ckpt = trained_checkpoint
     out = tmp_path / "out"
@@ -223,8 +221,7 @@ def test_build_does_not_replace_an_artifact_of_another_source_without_force(trai
     # random weights named like the trained model: `build --onnx` names its output after its input
     random_onnx = tmp_path / "dev" / "mlit-xxs-custom-fp32.onnx"
     random_onnx.parent.mkdir()
-    _, info = load_for_export(None, "xxs", 10, random_weights=True)  # recorded as random XXS weights, as
-    export_onnx(tiny_model(), random_onnx, info)  # `export --size xxs --random-weights` records them; a tiny graph
+    export_tiny(random_onnx)  # random weights, recorded as `export --random-weights` records them; a tiny graph
     r = build("--onnx", str(random_onnx), "--precision", "fp16")
     assert r.exit_code == 1 and "this build is from random weights" in r.stderr and len(r.stderr.splitlines()) <= 6
     assert hashes(out) == kept  # the trained pair and everything beside it, byte for byte

@@ -36,27 +36,21 @@ def check_writable(folder: str | Path, what: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as e:
-        blocker = _file_in_the_way(Path(folder))  # mkdir says only "File exists" or "Not a directory"
+        existing, _ = _ancestry(Path(folder))  # mkdir says only "File exists" or "Not a directory"
+        blocker = existing if existing is not None and not existing.is_dir() else None
         raise OSError(f"cannot write {what} {folder} "
                       f"({f'{blocker} is a file, not a folder' if blocker else e.strerror or e})") from None
 
 
-def _file_in_the_way(folder: Path) -> Path | None:
-    """The nearest of `folder` and its parents that exists, when it is not a folder."""
+def _ancestry(folder: Path) -> tuple[Path | None, Path | None]:
+    """The nearest of `folder` and its parents that exists, and the highest that does not: what
+    `mkdir(parents=True)` makes first (None when `folder` exists)."""
+    missing = None
     for p in (folder, *folder.parents):
         if p.exists():
-            return None if p.is_dir() else p
-    return None
-
-
-def _made_by_mkdir(folder: Path) -> Path | None:
-    """The highest of `folder` and its parents that does not exist yet: what `mkdir(parents=True)` makes first."""
-    top = None
-    for p in (folder, *folder.parents):
-        if p.exists():
-            break
-        top = p
-    return top
+            return p, missing
+        missing = p
+    return None, missing
 
 
 @contextlib.contextmanager
@@ -79,7 +73,7 @@ def _locked(folder: Path) -> Iterator[None]:
 def output_folder(folder: str | Path) -> Iterator[Path]:
     """`folder`, created if needed and locked for this writer; see the module docstring."""
     folder = Path(folder)
-    top = _made_by_mkdir(folder)
+    _, top = _ancestry(folder)
     try:
         check_writable(folder, "to the output folder")  # a file in the way, a read-only folder: before any work
         with _locked(folder):

@@ -100,8 +100,8 @@ def environment(threads: int | None = None) -> dict:
         except md.PackageNotFoundError:
             continue
     env = local_env("tensorrt")
-    out = {"cpu": cpu, "cores": os.cpu_count(), "threads": threads or default_threads(), "platform": platform.platform(),
-           "python": platform.python_version(), "libraries": libs,
+    out = {"cpu": cpu, "cores": os.cpu_count(), "threads": threads or default_threads(),
+           "platform": platform.platform(), "python": platform.python_version(), "libraries": libs,
            "gpu": {"name": env.gpu_name, "compute_capability": env.compute_capability, "cuda": env.cuda_version},
            "l4t": env.l4t, "jetpack": env.jetpack}
     if env.l4t:  # Jetson: the numbers mean little without the power mode and clocks

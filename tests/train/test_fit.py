@@ -1,5 +1,6 @@
 """End-to-end training runs through the CLI on tiny models: in subprocesses where processes are the point (torchrun,
 kill -9), in this process where a command's files, messages and exit status are."""
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from mlit_edge.train.data import Loader
-from tests.helpers import CLI, ENV, TINY, cli, run_cli, synthetic_set, tiny_step_model
+from tests.helpers import CLI, ENV, TINY, run_cli, synthetic_set, tiny_step_model
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -57,18 +58,24 @@ def _weights(path: Path) -> dict:
     return torch.load(path, weights_only=True)["model"]
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one thread for the block (as the subprocesses' OMP_NUM_THREADS=1 has it), then as it was."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
 def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
     # a class-balanced fifth of the split (--labels-per-class): resume is exercised the same, at a fifth the cost
     common = ["train", *TINY, "--epochs", "2", "--batch-size", "100", "--deterministic", "--no-progress",
               "--eval-every", "2", "--labels-per-class", "80"]
-    # the straight run and the resume in this process (a torch import each saved), on the killed child's one thread
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():  # the straight run and the resume in this process, on the killed child's one thread
         run_cli(*common, "--out", tmp_path / "straight")
-    finally:
-        torch.set_num_threads(threads)
 
     run = tmp_path / "killed"
     proc = subprocess.Popen([*CLI, *map(str, common), "--out", str(run)], env=ENV, stdout=subprocess.DEVNULL,
@@ -82,11 +89,8 @@ def test_resume_after_kill_9_is_bitwise_identical(tmp_path):
     epoch_at_kill = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
     assert epoch_at_kill < 2, "killed too late to test anything"
 
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         run_cli(*common, "--out", run, "--resume")
-    finally:
-        torch.set_num_threads(threads)
     a, b = _weights(tmp_path / "straight" / "checkpoint.pt"), _weights(run / "checkpoint.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
