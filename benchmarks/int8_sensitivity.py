@@ -70,14 +70,19 @@ def choices(depth: int, singles: bool, methods: bool, layers: bool = True) -> li
     return out
 
 
-def smoothed(alphas: tuple, methods: bool) -> list[tuple[str, object]]:
+def smoothed(alphas: tuple, methods: bool, w2: bool = False) -> list[tuple[str, object]]:
     """SmoothQuant-style smoothing (export/smoothing.py) at each alpha, alone and with the float classes of
-    the pre-smoothing recipe (patch embedding and W2)."""
+    the pre-smoothing recipe (patch embedding and W2; `w2`: W2 alone, int8-ort's, with MinMax and percentile
+    ranges)."""
     from mlit_edge.export.int8_recipe import PATCH, W2, Int8Recipe
 
-    out = []
+    out = [("float w2, Percentile", Int8Recipe(classes=(W2,), method="Percentile"))] if w2 else []
     for a in alphas:
         out.append((f"smooth a={a}", Int8Recipe(smooth=a)))
+        if w2:
+            out.append((f"float w2 + smooth a={a}", Int8Recipe(classes=(W2,), smooth=a)))
+            out.append((f"float w2 + smooth a={a}, Percentile", Int8Recipe(classes=(W2,), smooth=a,
+                                                                           method="Percentile")))
         if methods:
             out.append((f"smooth a={a}, Percentile", Int8Recipe(smooth=a, method="Percentile")))
             out.append((f"smooth a={a} + float patch_embed", Int8Recipe(classes=(PATCH,), smooth=a)))
@@ -217,7 +222,7 @@ def main() -> None:
     ap.add_argument("--no-singles", action="store_true", help="skip each class / layer alone (and the cumulative)")
     ap.add_argument("--no-layers", action="store_true", help="skip each layer alone")
     ap.add_argument("--no-methods", action="store_true", help="skip Percentile and Entropy calibration")
-    ap.add_argument("--smooth", default="0.3,0.5,0.7", help="smoothing alphas to sweep ('': none)")
+    ap.add_argument("--smooth", default="0.3,0.5,0.7,0.8", help="smoothing alphas to sweep ('': none)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (int8-ort); 0: no timing")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="int8_sensitivity.json")
@@ -234,9 +239,9 @@ def main() -> None:
             src, make = made[flavour]
             fp32_top1 = evaluate_onnx(src, held_out)["top1"]
             print(f"{flavour}: fp32 top-1 {fp32_top1:.3f}", flush=True)
-            methods = flavour == "tensorrt" and not args.no_methods  # the dynamic int8-ort calibrates nothing
+            methods = flavour == "tensorrt" and not args.no_methods  # int8-ort's methods: with W2 in float, below
             todo = choices(model.cfg.depth, not args.no_singles, methods, not args.no_layers)
-            todo += smoothed(tuple(float(a) for a in args.smooth.split(",") if a), methods)
+            todo += smoothed(tuple(float(a) for a in args.smooth.split(",") if a), methods, flavour == "onnxruntime")
             mine: list[dict] = []
             for label, recipe in todo:
                 mine.append(measure(flavour, label, recipe, make, src, tmp, model, held_out, fp32_top1,

@@ -40,8 +40,8 @@ from .counted import predict_counted
 if TYPE_CHECKING:
     from .handoff import Variant
 
-RECIPE_VERSION = 4  # bump when the settings of precision.to_int8 or to_int8_ort change (3: int8_recipe.ONNXRUNTIME;
-# 4: calibrated batch by batch, precision.STRIDED)
+RECIPE_VERSION = 5  # bump when the settings of precision.to_int8 or to_int8_ort change (3: int8_recipe.ONNXRUNTIME;
+# 4: calibrated batch by batch, precision.STRIDED; 5: int8_recipe.ONNXRUNTIME smoothed)
 DEFAULT_N = 512
 MIN_EXPERT_TOKENS = 1000  # [ours] fewer routed tokens than this and an expert's MinMax ranges rest on little data
 
@@ -212,7 +212,8 @@ def default_cache_dir() -> Path:
 
 def cache_key(onnx_sha256: str, manifest_sha256: str, tag: str = "int8") -> str:
     """The same fp32 graph, the same calibration images, the same recipe and the same flavour (`tag`: TensorRT's
-    int8, ONNX Runtime's int8-ort) give the same key; two flavours never share one."""
+    int8, ONNX Runtime's int8-ort, with the `Int8Recipe` it is made with) give the same key; two flavours never
+    share one."""
     import onnxruntime
 
     raw = f"{onnx_sha256}|{manifest_sha256}|recipe-v{RECIPE_VERSION}|onnxruntime-{onnxruntime.__version__}|{tag}"
@@ -235,6 +236,7 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
     The calibrated graph is cached under `cache_dir` by `cache_key`; a hit copies it instead of
     running the quantizer again. `cache_dir=None` disables the cache.
     """
+    from .int8_recipe import ONNXRUNTIME, TENSORRT
     from .precision import fp32_source, to_int8, to_int8_ort
 
     src, out = Path(src), Path(out)
@@ -245,7 +247,8 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
                   "stratified": True, "per_class": manifest["per_class"]}
     if coverage is not None:
         calib_info["coverage"] = {k: coverage[k] for k in ("tokens", "min_tokens", "warnings")}
-    key = cache_key(source.sha256, manifest["sha256"], flavour.tag)
+    make, recipe = {"int8-qdq": (to_int8, TENSORRT), "int8-static": (to_int8_ort, ONNXRUNTIME)}[flavour.maker]
+    key = cache_key(source.sha256, manifest["sha256"], f"{flavour.tag}|{recipe!r}")  # a changed recipe: a new key
     cached = Path(cache_dir) / f"{key}.{flavour.tag}.onnx" if cache_dir else None
     if cached is not None and cached.is_file():
         try:
@@ -258,8 +261,8 @@ def calibrate_int8(src: str | Path, out: str | Path, calib: CalibrationSet, cach
             info.pop("cache_key", None)
             info["calibration"] = {**info["calibration"], **calib_info}
             return Calibrated(info, True, None)
-    make = {"int8-qdq": to_int8, "int8-static": to_int8_ort}[flavour.maker]
-    info, proto = make(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source)
+    info, proto = make(src, out, calib.for_graph(*graph_input(source.graph())), calib_info, source=source,
+                       recipe=recipe)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with temporary_beside(cached) as tmp:

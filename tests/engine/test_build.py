@@ -17,6 +17,7 @@ pytest.importorskip("onnxruntime")
 from mlit_edge.export.calibration import (Recipe, calibrate_int8, calibration_set, load_recipe, routing_coverage,  # noqa: E402
                                  stratified_indices)
 from mlit_edge.export.static import to_deploy  # noqa: E402
+from mlit_edge.export import int8_recipe  # noqa: E402
 from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
 from mlit_edge.engine.plan import write_plan
 from mlit_edge.devices.trt_env import DeviceEnv, EngineError, check_compatible, load_engine  # noqa: E402
@@ -86,7 +87,7 @@ def test_routing_coverage_counts_every_token_and_matches_pytorch(tiny_onnx, cali
 
 
 @pytest.mark.slow  # four calibrations: about 6 s
-def test_calibration_cache_reused_unless_model_or_data_change(tiny_onnx, calib, tmp_path):
+def test_calibration_cache_reused_unless_model_data_or_recipe_change(tiny_onnx, calib, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     rec, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "a.int8.onnx", calib, cache)
     assert not reused and rec["calibration"]["manifest_sha256"] == calib.manifest["sha256"]
@@ -109,6 +110,10 @@ def test_calibration_cache_reused_unless_model_or_data_change(tiny_onnx, calib, 
         rec_o, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "e.int8.onnx", calib, cache, flavour=ort)
         assert reused is reuse and rec_o["quantization"]["mode"] == "static" and rec_o["runtime"] == "onnxruntime"
     assert len(list(cache.glob("*.int8-ort.onnx"))) == 1 and len(list(cache.glob("*.int8.onnx"))) == 3
+    # a changed recipe is a new entry: a cached graph of the old recipe would be served as the new one
+    monkeypatch.setattr(int8_recipe, "ONNXRUNTIME", replace(int8_recipe.ONNXRUNTIME, smooth=None))
+    rec_o, reused, _ = calibrate_int8(tiny_onnx, tmp_path / "f.int8.onnx", calib, cache, flavour=ort)
+    assert not reused and rec_o["quantization"]["smoothing_alpha"] is None
 
 
 # --- engines: sidecar, sha256, version and device checks ------------------------------------------

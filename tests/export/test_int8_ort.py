@@ -39,6 +39,9 @@ def test_int8_ort_gives_an_image_the_same_logits_in_any_batch(tiny_onnx, tmp_pat
     record = read_sidecar(art)
     assert art.name == "mlit-tiny-int8-ort.onnx" and record["runtime"] == "onnxruntime"
     assert record["quantization"]["mode"] == "static" and record["quantization"]["batch_drift"]["max_abs_logit"] <= 1e-4
+    # the shipped recipe smooths the activations first (int8_recipe.ONNXRUNTIME), an exact fp32 rewrite
+    smoothing = record["quantization"]["smoothing"]
+    assert smoothing["alpha"] == 0.8 and smoothing["layernorms"] > 0 and smoothing["max_abs_logit_change"] <= 1e-5
     manifest = (tmp_path / "mlit-tiny-int8-ort.calib.json").read_text()
     assert record["calibration"]["manifest_sha256"] in manifest and record["calibration"]["images"] == 64
     ops = {n.op_type for n in onnx.load(str(art)).graph.node}
