@@ -180,10 +180,24 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
             if drift:
                 logger.info(f"      logits of {drift['images']} images one at a time vs in one batch: max abs "
                             f"difference {drift['max_abs_logit']:.1e}")
+            if recipe_line(info):
+                logger.info(f"      {recipe_line(info)}")
         info.update(measure(tmp, ArtifactRecord.from_json(info), inputs.model, inputs.evaluate, inputs.data_root,
                             held_out=inputs.held_out, proto=proto))
         record = ArtifactRecord.from_json(publish(tmp, final, info))
     return Variant(final, record, coverage, reused, proto)
+
+
+def recipe_line(info: dict) -> str:
+    """What an INT8 variant's recipe kept in float and did first, from its sidecar fields (TensorRT's keep it
+    under `calibration`, int8-ort's under `quantization`); "" where they say nothing of it."""
+    kept = next((b for b in (info.get("quantization", {}), info.get("calibration", {})) if "float" in b), None)
+    if kept is None:
+        return ""
+    smooth = kept.get("smoothing")
+    return (f"in float: {', '.join(kept['float'])}; {kept['int8_mac_share']:.0%} of the matmul MACs in int8, "
+            f"{kept['ranges']} ranges" + (f"; smoothed first (a={smooth['alpha']}, exact: max logit change "
+                                           f"{smooth['max_abs_logit_change']:.1e})" if smooth else ""))
 
 
 def variant_of(src: str | Path, precision: str, inputs: Inputs | None = None, runtime: str = PARSER_GRAPH,

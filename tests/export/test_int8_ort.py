@@ -12,7 +12,7 @@ from mlit_edge.artifacts.sidecar import read_sidecar  # noqa: E402
 from mlit_edge.export.calibration import Recipe  # noqa: E402
 from mlit_edge.export.handoff import HeldOut  # noqa: E402
 from mlit_edge.export.precision import float_nodes  # noqa: E402
-from mlit_edge.export.variants import Inputs, variant_of  # noqa: E402
+from mlit_edge.export.variants import Inputs, recipe_line, variant_of  # noqa: E402
 from mlit_edge.runtime.runners import OnnxRuntimeRunner  # noqa: E402
 
 
@@ -42,6 +42,9 @@ def test_int8_ort_gives_an_image_the_same_logits_in_any_batch(tiny_onnx, tmp_pat
     # the shipped recipe smooths the activations first (int8_recipe.ONNXRUNTIME), an exact fp32 rewrite
     smoothing = record["quantization"]["smoothing"]
     assert smoothing["alpha"] == 0.8 and smoothing["layernorms"] > 0 and smoothing["max_abs_logit_change"] <= 1e-5
+    line = recipe_line(record)  # what the build prints of it
+    assert "in float: router, activation-by-activation matmuls, w2" in line and "smoothed first (a=0.8" in line
+    assert recipe_line({"precision": "fp16"}) == ""
     manifest = (tmp_path / "mlit-tiny-int8-ort.calib.json").read_text()
     assert record["calibration"]["manifest_sha256"] in manifest and record["calibration"]["images"] == 64
     ops = {n.op_type for n in onnx.load(str(art)).graph.node}
