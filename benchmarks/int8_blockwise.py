@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds of calls per graph, batch and round")
     ap.add_argument("--batches", default="1,64", help="the batches timed")
     args = ap.parse_args()
+    if args.block < 16 or args.block & (args.block - 1):
+        ap.error(f"--block {args.block}: MatMulNBits takes a power of two, 16 or more")
     batches = [int(b) for b in args.batches.split(",")]
     with tempfile.TemporaryDirectory(prefix="int8-blockwise-") as tmp:
         print("building (mlit-edge build --target onnxruntime --precision int8) ...", flush=True)

@@ -9,7 +9,6 @@ flavour (int8-ort) the chosen recipe is also timed against today's, side by side
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import tempfile
@@ -27,8 +26,7 @@ def makers(tmp: Path, model, info, calib) -> dict:
     """Per flavour: its fp32 source graph and a function (recipe, out) -> the INT8 graph's path."""
     from mlit_edge.artifacts.targets import ORT_ATTENTION
     from mlit_edge.export.onnx_export import export_onnx
-    from mlit_edge.export.handoff import Variant
-    from mlit_edge.export.precision import to_int8
+    from mlit_edge.export.precision import to_int8, to_int8_ort
 
     portable, fused = tmp / "m-fp32.onnx", tmp / "m-fp32-ort.onnx"
     export_onnx(model, portable, info)
@@ -39,19 +37,7 @@ def makers(tmp: Path, model, info, calib) -> dict:
         return out
 
     def onnxruntime(recipe, out):
-        from mlit_edge.export import precision
-
-        source = Variant.read(fused)
-        if recipe.smooth is not None:  # smoothed here, whatever int8-ort's maker does with the recipe
-            from mlit_edge.export.smoothing import apply
-
-            source.proto = apply(source.graph(), recipe, calib.images)[0]
-            recipe = dataclasses.replace(recipe, smooth=None)
-        maker = getattr(precision, "to_int8_ort", None)  # the static maker, where it is in this tree
-        if maker is not None:
-            maker(fused, out, calib.images, {}, recipe=recipe, source=source)
-        else:
-            precision.to_int8_dynamic(fused, out, recipe=recipe, source=source)
+        to_int8_ort(fused, out, calib.images, {}, recipe=recipe)  # smooths first where the recipe asks
         return out
 
     return {"tensorrt": (portable, tensorrt), "onnxruntime": (fused, onnxruntime)}

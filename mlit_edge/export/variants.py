@@ -180,8 +180,9 @@ def make_variant(src: Variant, flavour: Flavour, inputs: Inputs, final: Path) ->
             if drift:
                 logger.info(f"      logits of {drift['images']} images one at a time vs in one batch: max abs "
                             f"difference {drift['max_abs_logit']:.1e}")
-            if recipe_line(info):
-                logger.info(f"      {recipe_line(info)}")
+            line = recipe_line(info)
+            if line:
+                logger.info(f"      {line}")
         info.update(measure(tmp, ArtifactRecord.from_json(info), inputs.model, inputs.evaluate, inputs.data_root,
                             held_out=inputs.held_out, proto=proto))
         record = ArtifactRecord.from_json(publish(tmp, final, info))
