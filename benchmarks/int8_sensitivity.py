@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 import statistics
 import tempfile
 import time
@@ -239,6 +240,7 @@ def main() -> None:
                                     fp32_top1, mine[0]["int8_mac_share"]))
                 mine[-1]["int8_mac_share"] = mine[-1]["share_vs_today"] = 0.0  # no INT8 arithmetic at all
                 mine[-1]["meets"] = False
+            extra.append(("default, nearest rounding", replace(defaults[flavour], rounding="nearest")))
             extra.append(("default (shipped)", defaults[flavour]))
             for label, recipe in extra:
                 mine.append(measure(flavour, label, recipe, make, src, tmp, model, held_out, fp32_top1,

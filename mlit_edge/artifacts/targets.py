@@ -112,8 +112,8 @@ TABLE: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target("onnxruntime", "ONNX Runtime", "onnxruntime", "onnxruntime", consumers=("triton",), notes={
         "fp16": "note: fp16 is not a speed format on a CPU: ONNX Runtime runs it through inserted Casts, no faster "
                 "than fp32; it is built for TensorRT on the GPU (and to measure its accuracy here)"}),
-    # int8 is not offered: OpenVINO runs the calibrated Q/DQ graph in int8, slower than bf16 here and with 0.89 of
-    # layer 7's tokens on PyTorch's experts (docs/export-and-build.md)
+    # int8 is not offered: OpenVINO runs the calibrated Q/DQ graph in int8, no faster than bf16 here
+    # (docs/export-and-build.md)
     Target("openvino", "OpenVINO", "openvino", "openvino", "openvino-ir", "openvino",
            "pip install 'mlit-edge[openvino]'", ("fp32", "fp16"), reads=("onnxruntime",), notes={
                "fp16": "note: on OpenVINO, fp16 is the CPU plugin's half-width inference: bf16 where the CPU has it, "

@@ -27,6 +27,7 @@ ROUTER, ACTIVATION = "router", "activation_matmul"  # always float
 WEIGHTED = (PATCH, ATTN_IN, ATTN_OUT, EXPERT_IN, W2, HEAD)  # what a recipe may keep in float
 LAYER_STAGES = (ATTN_IN, ATTN_OUT, EXPERT_IN, W2)  # one encoder layer's weighted stages, in order
 MATMULS = ("MatMul", "Gemm", "Conv")  # what the quantizers quantize
+ROUNDINGS = ("nearest", "gptq")  # how a recipe rounds the INT8 weights
 
 
 def _weights(model) -> set[str]:
@@ -128,14 +129,16 @@ def _downstream(model, node) -> set[str]:
 @dataclass(frozen=True)
 class Int8Recipe:
     """The weighted nodes an INT8 graph keeps in float besides the router: whole classes (`classes`), whole
-    encoder layers (`layers`), and single (class, layer) cells; and how a calibrated graph sets its activation
-    ranges (`method`: ONNX Runtime's MinMax, Percentile or Entropy; symmetric either way)."""
+    encoder layers (`layers`), and single (class, layer) cells; how a calibrated graph sets its activation
+    ranges (`method`: ONNX Runtime's MinMax, Percentile or Entropy), whether it smooths the activations first
+    (`smooth`) and how it rounds the INT8 weights (`rounding`)."""
 
     classes: tuple[str, ...] = ()
     layers: tuple[int, ...] = ()
     cells: tuple[tuple[str, int], ...] = ()
     method: str = "MinMax"
     smooth: float | None = None  # SmoothQuant's alpha: activation outliers moved into the weights first (smoothing.py)
+    rounding: str = "nearest"  # or "gptq": the INT8 weights rounded to keep each layer's output (weight_rounding.py)
 
     def __post_init__(self) -> None:
         unknown = sorted({c for c in self.classes} - set(WEIGHTED) | {c for c, _ in self.cells} - set(LAYER_STAGES))
@@ -143,6 +146,8 @@ class Int8Recipe:
             raise ValueError(f"unknown op class(es) {', '.join(unknown)}: choose from {', '.join(WEIGHTED)}")
         if self.method not in ("MinMax", "Percentile", "Entropy"):
             raise ValueError(f"calibration method {self.method!r}: choose MinMax, Percentile or Entropy")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"weight rounding {self.rounding!r}: choose {' or '.join(ROUNDINGS)}")
         if self.smooth is not None and not 0.0 < self.smooth < 1.0:
             raise ValueError(f"smoothing alpha {self.smooth}: choose a value between 0 and 1")
 
@@ -159,20 +164,21 @@ class Int8Recipe:
     def record(self, model, floats: set[str]) -> dict:
         """What a sidecar says of the recipe applied to `model`: what stayed in float, and the INT8 share of MACs."""
         return {"float": self.describe(), "int8_mac_share": round(int8_mac_share(model, floats), 4),
-                "ranges": self.method, "smoothing_alpha": self.smooth}
+                "ranges": self.method, "smoothing_alpha": self.smooth, "weight_rounding": self.rounding}
 
 
 TODAY = Int8Recipe()  # the recipe before issue 49: only the router and the activation matmuls in float
-# TensorRT's QDQ graph (precision.to_int8): no class or layer alone moves the worst layer past 0.92, since the
-# flips come from the activations' rounding in every layer (weights alone in INT8 keep 0.985); the most routing
-# per INT8 MAC given up is the patch embedding and W2 in float with percentile ranges (docs/measurements.md)
-TENSORRT = Int8Recipe(classes=(PATCH, W2), method="Percentile")
+# TensorRT's QDQ graph (precision.to_int8, Q/DQ on the weighted matmuls' inputs only): the patch embedding and W2
+# in float lift the worst layer from 0.937 to 0.971 for 0.91x the INT8 MACs; smoothing (a=0.8, an exact rewrite)
+# to 0.977; GPTQ rounding of the weights (the same nodes and scales) to 0.981, and percentile ranges to 0.982 on
+# each of three calibration seeds, where MinMax gave 0.979-0.981 (docs/measurements.md)
+TENSORRT = Int8Recipe(classes=(PATCH, W2), method="Percentile", smooth=0.8, rounding="gptq")
 # ONNX Runtime's static INT8 graph (int8-ort): W2 in float lifts its worst layer from 0.945 to 0.972 for 0.91x the
-# INT8 MACs, the most of any single class; smoothing (a=0.8, an exact rewrite: no cost at run time) lifts it to
-# 0.977-0.978 on three calibration seeds, where it was 0.971-0.972 (percentile ranges: the same, at twice the build
-# time; docs/measurements.md).
+# INT8 MACs, the most of any single class; smoothing (a=0.8) to 0.977-0.978 on three calibration seeds; GPTQ
+# rounding with percentile ranges to 0.981-0.982 on the same seeds (MinMax: 0.978-0.981; percentile ranges cost
+# twice the build time, nothing at run time; docs/measurements.md).
 # W2 is a plain float Gemm, whose answer does not depend on the batch (precision.batch_drift checks every build)
-ONNXRUNTIME = Int8Recipe(classes=(W2,), smooth=0.8)
+ONNXRUNTIME = Int8Recipe(classes=(W2,), method="Percentile", smooth=0.8, rounding="gptq")
 
 
 def float_nodes(model, recipe: Int8Recipe = TODAY) -> set[str]:

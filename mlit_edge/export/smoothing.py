@@ -15,9 +15,9 @@ calibration images. Three producers allow the division exactly:
 The last two are found by following each column of the producing linear through Reshape/Transpose/Split/Gather,
 the activation-by-activation MatMul and the Mul, to the channel of the consumer's input it becomes
 (`channel_trace.column_map`); a column whose path is nonlinear in itself is never scaled. `smooth` checks the rewrite on the
-first `CHECKED` calibration images (logits and every TopK's experts) and refuses one that is not exact. ONNX Runtime's
-INT8 (`int8_recipe.ONNXRUNTIME`) is smoothed at a=0.8; TensorRT's QDQ is not (no gain measured there). A LayerNorm decomposed
-for TensorRT 8.5 (legacy_graph) is not a LayerNormalization node and is left as it is.
+first `CHECKED` calibration images (logits and every TopK's experts) and refuses one that is not exact. Both INT8
+recipes smooth at a=0.8 (`int8_recipe.ONNXRUNTIME`, `int8_recipe.TENSORRT`). A LayerNorm decomposed for TensorRT 8.5
+(legacy_graph) is not a LayerNormalization node and is left as it is.
 """
 from __future__ import annotations
 

@@ -195,10 +195,13 @@ def recipe_line(info: dict) -> str:
     kept = next((b for b in (info.get("quantization", {}), info.get("calibration", {})) if "float" in b), None)
     if kept is None:
         return ""
-    smooth = kept.get("smoothing")
+    smooth, rounded = kept.get("smoothing"), kept.get("rounded")
     return (f"in float: {', '.join(kept['float'])}; {kept['int8_mac_share']:.0%} of the matmul MACs in int8, "
             f"{kept['ranges']} ranges" + (f"; smoothed first (a={smooth['alpha']}, exact: max logit change "
-                                           f"{smooth['max_abs_logit_change']:.1e})" if smooth else ""))
+                                           f"{smooth['max_abs_logit_change']:.1e})" if smooth else "")
+            + (f"; weights GPTQ-rounded ({rounded['matmuls']} matmuls, output error "
+               f"{rounded['output_error'] / max(rounded['output_error_nearest'], 1e-30):.2f}x nearest's)"
+               if rounded else ""))
 
 
 def variant_of(src: str | Path, precision: str, inputs: Inputs | None = None, runtime: str = PARSER_GRAPH,

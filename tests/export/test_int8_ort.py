@@ -44,6 +44,7 @@ def test_int8_ort_gives_an_image_the_same_logits_in_any_batch(tiny_onnx, tmp_pat
     assert smoothing["alpha"] == 0.8 and smoothing["layernorms"] > 0 and smoothing["max_abs_logit_change"] <= 1e-5
     line = recipe_line(record)  # what the build prints of it
     assert "in float: router, activation-by-activation matmuls, w2" in line and "smoothed first (a=0.8" in line
+    assert "Percentile ranges" in line and "weights GPTQ-rounded (" in line and "x nearest's)" in line
     assert recipe_line({"precision": "fp16"}) == ""
     manifest = (tmp_path / "mlit-tiny-int8-ort.calib.json").read_text()
     assert record["calibration"]["manifest_sha256"] in manifest and record["calibration"]["images"] == 64

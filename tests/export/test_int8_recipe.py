@@ -77,9 +77,11 @@ def test_every_matmul_has_one_class_and_its_layer(tmp_path, form, request):
     assert [op.op_class for op in got.values() if op.layer is None] == [PATCH, HEAD]
 
 
-def test_unknown_class_is_refused():
+def test_unknown_class_or_rounding_is_refused():
     with pytest.raises(ValueError, match="unknown op class"):
         Int8Recipe(classes=("w1",))
+    with pytest.raises(ValueError, match="weight rounding 'adaround': choose nearest or gptq"):
+        Int8Recipe(rounding="adaround")
 
 
 def _dequantized_inputs(model) -> dict[str, int]:
@@ -107,6 +109,11 @@ def test_float_nodes_carry_no_qdq(tiny_onnx, tmp_path, recipe):
     assert sum(op.op_class in WEIGHTED and recipe.keeps(op) for op in classes.values()) == len(kept - float_nodes(fp32, TODAY))
     assert info["calibration"]["float"] == recipe.describe()
     assert 0 < info["calibration"]["int8_mac_share"] <= int8_mac_share(fp32, float_nodes(fp32, TODAY))
+    # Q/DQ on the weighted matmuls' inputs only (NVIDIA's placement, precision.to_int8): no output requantized
+    producers = {o: n.op_type for n in quantized.graph.node for o in n.output}
+    assert not [q.name for q in quantized.graph.node
+                if q.op_type == "QuantizeLinear" and producers.get(q.input[0]) in ("MatMul", "Gemm", "Conv")]
+    assert ("rounded" in info["calibration"]) == (recipe.rounding == "gptq")
 
 
 def test_mac_share_counts_what_stays_int8(tiny_onnx):
