@@ -130,7 +130,8 @@ def _downstream(model, node) -> set[str]:
 class Int8Recipe:
     """The weighted nodes an INT8 graph keeps in float besides the router: whole classes (`classes`), whole
     encoder layers (`layers`), and single (class, layer) cells; how a calibrated graph sets its activation
-    ranges (`method`: ONNX Runtime's MinMax, Percentile or Entropy), whether it smooths the activations first
+    ranges (`method`: ONNX Runtime's MinMax or Entropy, or Percentile: ONNX Runtime's rule computed by
+    `ranges.py`), whether it smooths the activations first
     (`smooth`) and how it rounds the INT8 weights (`rounding`)."""
 
     classes: tuple[str, ...] = ()
@@ -175,8 +176,7 @@ TODAY = Int8Recipe()  # the recipe before issue 49: only the router and the acti
 TENSORRT = Int8Recipe(classes=(PATCH, W2), method="Percentile", smooth=0.8, rounding="gptq")
 # ONNX Runtime's static INT8 graph (int8-ort): W2 in float lifts its worst layer from 0.945 to 0.972 for 0.91x the
 # INT8 MACs, the most of any single class; smoothing (a=0.8) to 0.977-0.978 on three calibration seeds; GPTQ
-# rounding with percentile ranges to 0.981-0.982 on the same seeds (MinMax: 0.978-0.981; percentile ranges cost
-# twice the build time, nothing at run time; docs/measurements.md).
+# rounding with percentile ranges to 0.981-0.982 on the same seeds (MinMax: 0.978-0.981; docs/measurements.md).
 # W2 is a plain float Gemm, whose answer does not depend on the batch (precision.batch_drift checks every build)
 ONNXRUNTIME = Int8Recipe(classes=(W2,), method="Percentile", smooth=0.8, rounding="gptq")
 

@@ -19,15 +19,15 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from . import smoothing, weight_rounding
+from . import ranges, smoothing, weight_rounding
 from .quiet import quiet
 from ..base.progress import Step, progress
 from ..runtime.runners import OnnxRuntimeRunner, load_onnx
 from ..artifacts.sidecar import user_fields
 from .handoff import Variant
 # the router and activation matmuls are read here by name (tests, engine)
-from .int8_recipe import (ONNXRUNTIME, PATCH, TENSORRT, Int8Recipe, activation_matmuls, float_nodes,  # noqa: F401
-                          router_nodes)
+from .int8_recipe import (MATMULS, ONNXRUNTIME, PATCH, TENSORRT, Int8Recipe, activation_matmuls,  # noqa: F401
+                          float_nodes, router_nodes)
 
 FP32_OPS = {"LayerNormalization", "Softmax"}
 
@@ -116,8 +116,9 @@ def float_inputs(model, nodes: set[str]) -> int:
 
 # ONNX Runtime's calibrators run one batch at a time (`_Reader.set_range`), each batch's activations histogrammed
 # (Percentile) or reduced to a range (MinMax) before the next is read: fed all at once they keep every calibrated
-# tensor of every image in memory first (10.4 GB for 512 images of mLiT-XXS, 3x slower). MinMax merges exactly;
-# Percentile extends the first batch's bins, so its thresholds move by less than a bin (measured at most 0.05%).
+# tensor of every image in memory first (10.4 GB for 512 images of mLiT-XXS, 3x slower). MinMax merges exactly.
+# A recipe's Percentile ranges are export/ranges.py's, given over MinMax: ONNX Runtime's own histograms sort each
+# batch after the first.
 STRIDED = {"CalibStridedMinMax": 1}
 
 
@@ -173,14 +174,15 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     step = fixed.dim_value if fixed.HasField("dim_value") else batch
     batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
     weights = weight_rounding.float_weights(model) if recipe.rounding == "gptq" else {}
+    method, ranged = ranges.calibration(model, recipe.method, MATMULS, set(exclude), batches)
     with quiet(), progress("calibration pass", sum(map(len, batches))) as shown:
         quantize_static(model, str(out), _Reader(input_name, batches, shown), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["MatMul", "Gemm", "Conv"], per_channel=True,
+                        op_types_to_quantize=list(MATMULS), per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod[recipe.method], nodes_to_exclude=exclude,
+                        calibrate_method=CalibrationMethod[method], nodes_to_exclude=exclude,
                         extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
-                                       "QuantizeBias": False, "DedicatedQDQPair": True, **STRIDED,
-                                       "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm", "Conv"]})
+                                       "QuantizeBias": False, "DedicatedQDQPair": True, **STRIDED, **ranged,
+                                       "OpTypesToExcludeOutputQuantization": list(MATMULS)})
     quantized = load_onnx(out)
     rounded = weight_rounding.apply(quantized, weights, calib) if weights else None
     float_inputs(quantized, set(exclude))
@@ -256,14 +258,16 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     step = fixed.dim_value if fixed.HasField("dim_value") else batch
     batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
     weights = weight_rounding.float_weights(model) if recipe.rounding == "gptq" else {}
+    method, ranged = ranges.calibration(model, recipe.method, ("MatMul", "Gemm"), set(exclude), batches)
     with quiet(), progress("calibration pass", sum(map(len, batches))) as shown:
         reader = _Reader(model.graph.input[0].name, batches, shown)
         quantize_static(model, str(out), reader, quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod[recipe.method], nodes_to_exclude=exclude,
+                        calibrate_method=CalibrationMethod[method], nodes_to_exclude=exclude,
                         extra_options={"ActivationSymmetric": False, "WeightSymmetric": True, "QuantizeBias": True,
-                                       "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"], **STRIDED})
+                                       "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"], **STRIDED,
+                                       **ranged})
     quantized = load_onnx(out)
     rounded = weight_rounding.apply(quantized, weights, calib) if weights else None
     float_inputs(quantized, set(exclude))
