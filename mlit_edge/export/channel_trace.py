@@ -1,7 +1,11 @@
 """Where each column of a linear's output goes: the index of every element carried through the shape ops, the
 activation-by-activation MatMul, the Mul and ONNX Runtime's Attention exactly as they move the data, for the
-activation smoothing (smoothing.py) to know which channel of a later linear's input is which column's image."""
+activation smoothing (smoothing.py) to know which channel of a later linear's input is which column's image; and
+the graph's intermediate tensors on real images (`intermediates`), which smoothing, the percentile ranges and the
+weight rounding read."""
 from __future__ import annotations
+
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -121,3 +125,22 @@ def shapes_at_batch1(model) -> dict:
               for v in (*probe.graph.value_info, *probe.graph.input, *probe.graph.output)}
     shapes.update({t.name: tuple(t.dims) for t in probe.graph.initializer})
     return shapes
+
+
+def intermediates(model, names: list[str], batches: Iterable[np.ndarray]) -> Iterator[list[np.ndarray]]:
+    """`names` (graph outputs or not) computed by ONNX Runtime on each of `batches` (fed to the graph's first
+    input), one batch at a time, so that a caller keeps what it reduces them to and not every tensor. The graph
+    runs as written (no optimization), as ONNX Runtime's own calibrators run it."""
+    import onnx
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    present = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in present)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feed = probe.graph.input[0].name
+    for batch in batches:
+        yield session.run(names, {feed: batch})

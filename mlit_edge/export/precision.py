@@ -144,6 +144,40 @@ class _Reader:
         return {self.input_name: batch}
 
 
+def _batches(model, calib: np.ndarray, batch: int) -> list[np.ndarray]:
+    """The calibration images in whole batches the graph takes: its fixed batch, else `batch`."""
+    fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
+    step = fixed.dim_value if fixed.HasField("dim_value") else batch
+    return [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
+
+
+def _quantize(model, out: Path, recipe: Int8Recipe, exclude: list[str], batches: list[np.ndarray],
+              op_types: tuple, activations: str, options: dict) -> tuple[Any, dict | None]:
+    """ONNX Runtime's static QDQ quantizer on `model` (both INT8 makers): `op_types` but `exclude` quantized on
+    their inputs only, per-channel symmetric int8 weights, `activations` (a QuantType name), `recipe`'s ranges
+    and weight rounding, the float nodes reading float inputs; written to `out`. Returns the graph and the
+    rounding's record (None: nearest rounding)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    weights = weight_rounding.float_weights(model) if recipe.rounding == "gptq" else {}
+    method, ranged = ranges.calibration(model, recipe.method, op_types, set(exclude), batches)
+    read = batches[:1] if ranged else batches  # every range it would find is overridden: one batch to run on
+    with quiet(), progress("calibration pass", sum(map(len, read))) as shown:
+        quantize_static(model, str(out), _Reader(model.graph.input[0].name, read, shown),
+                        quant_format=QuantFormat.QDQ, op_types_to_quantize=list(op_types), per_channel=True,
+                        activation_type=QuantType[activations], weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod[method], nodes_to_exclude=exclude,
+                        extra_options={"WeightSymmetric": True, "OpTypesToExcludeOutputQuantization": list(op_types),
+                                       **STRIDED, **ranged, **options})
+    quantized = load_onnx(out)
+    rounded = weight_rounding.apply(quantized, weights, batches) if weights else None
+    float_inputs(quantized, set(exclude))
+    set_precision_meta(quantized, "int8")
+    onnx.save(quantized, str(out))
+    return quantized, rounded
+
+
 def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dict, batch: int = 32,
             source: "Variant | None" = None, recipe: Int8Recipe = TENSORRT) -> Converted:
     """Write to `out` the INT8 QDQ ONNX of `src` calibrated on `calib` (N, 3, S, S) float32; returns its
@@ -152,13 +186,11 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
 
     Q/DQ goes on the inputs of the weighted matmuls only, never on their outputs: NVIDIA's placement
     recommendation ("Quantize all inputs of weighted-operations ... By default, do not quantize the outputs of
-    weighted-operations", TensorRT Developer Guide, "Working with Quantized Types", Q/DQ layer placement). A
+    weighted-operations", TensorRT Developer Guide, "Q/DQ Layer-Placement Recommendations",
+    docs.nvidia.com/deeplearning/tensorrt/developer-guide; "Working with Quantized Types" in the 10.x guide). A
     quantized output adds one more per-tensor rounding of every projection before the residual add and the
     router: with it (ONNX Runtime's default) the worst layer's expert agreement was 0.916, without it 0.971
     (docs/measurements.md, "INT8 sensitivity")."""
-    import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
@@ -169,25 +201,8 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     # whose explicit precision a pin would contradict
     ops = {n.name: n.op_type for n in model.graph.node}
     fp32_layers = sorted(n for n in fp32_layer_names(model) if n in exclude or ops[n] not in ("MatMul", "Gemm", "Conv"))
-    input_name = model.graph.input[0].name
-    fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
-    step = fixed.dim_value if fixed.HasField("dim_value") else batch
-    batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
-    weights = weight_rounding.float_weights(model) if recipe.rounding == "gptq" else {}
-    method, ranged = ranges.calibration(model, recipe.method, MATMULS, set(exclude), batches)
-    with quiet(), progress("calibration pass", sum(map(len, batches))) as shown:
-        quantize_static(model, str(out), _Reader(input_name, batches, shown), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=list(MATMULS), per_channel=True,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod[method], nodes_to_exclude=exclude,
-                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
-                                       "QuantizeBias": False, "DedicatedQDQPair": True, **STRIDED, **ranged,
-                                       "OpTypesToExcludeOutputQuantization": list(MATMULS)})
-    quantized = load_onnx(out)
-    rounded = weight_rounding.apply(quantized, weights, calib) if weights else None
-    float_inputs(quantized, set(exclude))
-    set_precision_meta(quantized, "int8")
-    onnx.save(quantized, str(out))
+    quantized, rounded = _quantize(model, out, recipe, exclude, _batches(model, calib, batch), MATMULS, "QInt8",
+                                   {"ActivationSymmetric": True, "QuantizeBias": False, "DedicatedQDQPair": True})
     calibration = {**calib_info, "images": int(len(calib)), "method": f"{recipe.method}, symmetric, per-channel weights",
                    "float_nodes": len(exclude), **recipe.record(model, set(exclude)),
                    **({"smoothing": smoothed} if smoothed else {}), **({"rounded": rounded} if rounded else {})}
@@ -244,9 +259,6 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     weights, whose rounding changes with the batch. The patch embedding's Conv stays float: its only static
     kernel (QLinearConv) requantizes its output, which measured slower. `recipe`: what else stays float
     (`int8_recipe`)."""
-    import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-
     src, out = Path(src), Path(out)
     if calib.ndim != 4 or len(calib) == 0:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
@@ -254,27 +266,11 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     model, smoothed = smoothing.apply(source.graph(), recipe, calib)  # exact; the same graph when not asked
     exclude = sorted(float_nodes(model, recipe))  # named before the split, which keeps each Gemm's name
     split_residual_gemms(model, set(exclude))
-    fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
-    step = fixed.dim_value if fixed.HasField("dim_value") else batch
-    batches = [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
-    weights = weight_rounding.float_weights(model) if recipe.rounding == "gptq" else {}
-    method, ranged = ranges.calibration(model, recipe.method, ("MatMul", "Gemm"), set(exclude), batches)
-    with quiet(), progress("calibration pass", sum(map(len, batches))) as shown:
-        reader = _Reader(model.graph.input[0].name, batches, shown)
-        quantize_static(model, str(out), reader, quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod[method], nodes_to_exclude=exclude,
-                        extra_options={"ActivationSymmetric": False, "WeightSymmetric": True, "QuantizeBias": True,
-                                       "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"], **STRIDED,
-                                       **ranged})
-    quantized = load_onnx(out)
-    rounded = weight_rounding.apply(quantized, weights, calib) if weights else None
-    float_inputs(quantized, set(exclude))
-    set_precision_meta(quantized, "int8")
-    onnx.save(quantized, str(out))
+    quantized, rounded = _quantize(model, out, recipe, exclude, _batches(model, calib, batch), ("MatMul", "Gemm"),
+                                   "QUInt8", {"ActivationSymmetric": False, "QuantizeBias": True})
     # a graph of one fixed batch has no other batch to differ from
-    drift = None if fixed.HasField("dim_value") else batch_drift(out, calib, source.record.ort_session)
+    fixed = model.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
+    drift = None if fixed else batch_drift(out, calib, source.record.ort_session)
     floats = set(exclude) | {n.name for n in model.graph.node if n.op_type == "Conv"}
     kept = recipe.record(model, floats)
     kept["float"] = list(dict.fromkeys([*kept["float"], PATCH]))  # the form quantizes MatMul and Gemm alone

@@ -15,6 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from ..base.progress import progress
+from .channel_trace import intermediates
 
 PERCENTILE = 99.999  # ONNX Runtime's default for CalibrationMethod.Percentile
 BINS = 2048  # ONNX Runtime's default number of histogram bins
@@ -54,23 +55,13 @@ def quantized_inputs(model, op_types: Iterable[str], exclude: set[str]) -> list[
     return list(dict.fromkeys(names))
 
 
-def percentile_ranges(model, names: list[str], batches: Iterable[np.ndarray], step=None,
+def percentile_ranges(model, names: list[str], batches: list[np.ndarray], step=None,
                       percentile: float = PERCENTILE) -> dict[str, tuple[float, float]]:
     """Each tensor of `names`, computed by `model` (float) on `batches` (fed to its first input), reduced to its
     percentile range. `step`: a progress step advanced by each batch's images."""
-    import onnx
-    import onnxruntime as ort
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    have = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                              for n in names if n not in have)
-    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = session.get_inputs()[0].name
     hists: dict[str, _Histogram] = {}
-    for batch in batches:
-        for name, x in zip(names, session.run(names, {feed: batch})):
+    for batch, outputs in zip(batches, intermediates(model, names, batches)):
+        for name, x in zip(names, outputs):
             if name not in hists:
                 hists[name] = _Histogram(max(float(np.abs(x).max()), np.finfo(np.float32).tiny) / BINS)
             hists[name].add(x)

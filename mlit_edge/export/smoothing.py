@@ -26,7 +26,7 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from .int8_recipe import float_nodes
-from .channel_trace import array as _array, attr as _attr, column_map, shapes_at_batch1
+from .channel_trace import array as _array, attr as _attr, column_map, intermediates, shapes_at_batch1
 
 LINEARS = ("MatMul", "Gemm")
 TOLERANCE = 1e-5
@@ -167,19 +167,7 @@ def _run(model, images: np.ndarray, names: list[str], batch: int = 64) -> list[l
 
 def _batches(model, images: np.ndarray, names: list[str], batch: int = 64) -> Iterator[list[np.ndarray]]:
     """`_run` one batch at a time, so that a caller can keep what it reduces them to and not every tensor."""
-    import onnx
-    import onnxruntime as ort
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    present = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in present)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graph as written
-    session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feed = probe.graph.input[0].name
-    for i in range(0, len(images), batch):
-        yield session.run(names, {feed: images[i:i + batch]})
+    return intermediates(model, names, (images[i:i + batch] for i in range(0, len(images), batch)))
 
 
 def _scales(xmax: np.ndarray, wmax: np.ndarray, alpha: float) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base.progress import progress
+from .channel_trace import attr, intermediates
 
 DAMP = 0.01  # added to H's diagonal, as a share of its mean: GPTQ's default, which keeps H invertible
 QMAX = 127  # symmetric INT8 weights (ONNX Runtime's and TensorRT's): -127..127
@@ -32,7 +33,7 @@ class Target(NamedTuple):
 def targets(quantized) -> list[Target]:
     """The weighted MatMul/Gemm nodes whose weight is a per-output-channel INT8 initializer behind a
     DequantizeLinear, in graph order."""
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
 
     inits = {t.name: t for t in quantized.graph.initializer}
     readers: dict[str, list] = {}
@@ -47,42 +48,22 @@ def targets(quantized) -> list[Target]:
             continue
         for user in readers.get(node.output[0], []):
             if user.op_type in ("MatMul", "Gemm") and len(user.input) > 1 and user.input[1] == node.output[0]:
-                attrs = {a.name: helper.get_attribute_value(a) for a in user.attribute}
-                found.append(Target(node, user, bool(attrs.get("transB", 0))))
+                found.append(Target(node, user, bool(attr(user, "transB", 0))))
     return found
 
 
-def input_hessians(quantized, names: list[str], calib: np.ndarray, batch: int = 64) -> dict[str, np.ndarray]:
+def input_hessians(quantized, names: list[str], batches: list[np.ndarray]) -> dict[str, np.ndarray]:
     """H = X^T X / rows of each tensor in `names` (channels on its last axis), as the quantized graph computes
-    them on `calib`: each matmul's input as its INT8 kernel will see it."""
-    import onnx
-    import onnxruntime as ort
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(quantized)
-    have = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                              for n in names if n not in have)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every named tensor
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feed = session.get_inputs()[0].name
-    fixed = session.get_inputs()[0].shape[0]
-    step = fixed if isinstance(fixed, int) else batch
-    # a graph of one fixed batch takes whole batches only; any other takes the last, shorter one too
-    chunks = [calib[i:i + step] for i in range(0, len(calib), step) if len(calib[i:i + step]) == step
-              or not isinstance(fixed, int)]
-    if not chunks:
-        raise ValueError(f"{len(calib)} calibration images: fewer than the graph's fixed batch of {fixed}")
+    them on `batches` (the quantizer's calibration batches): each matmul's input as its INT8 kernel will see it."""
     sums: dict[str, np.ndarray] = {}
     rows: dict[str, int] = {}
-    with progress("weight rounding pass", sum(map(len, chunks))) as shown:
-        for chunk in chunks:
-            for name, x in zip(names, session.run(names, {feed: chunk})):
+    with progress("weight rounding pass", sum(map(len, batches))) as shown:
+        for batch, outputs in zip(batches, intermediates(quantized, names, batches)):
+            for name, x in zip(names, outputs):
                 x = x.reshape(-1, x.shape[-1]).astype(np.float64)
                 sums[name] = sums.get(name, 0) + x.T @ x
                 rows[name] = rows.get(name, 0) + len(x)
-            shown.advance(len(chunk))
+            shown.advance(len(batch))
     return {n: sums[n] / rows[n] for n in sums}
 
 
@@ -126,15 +107,16 @@ def float_weights(fp32) -> dict[str, np.ndarray]:
             if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in inits}
 
 
-def apply(quantized, weights: dict[str, np.ndarray], calib: np.ndarray) -> dict:
+def apply(quantized, weights: dict[str, np.ndarray], batches: list[np.ndarray]) -> dict:
     """Re-round, in place, the INT8 weights of every weighted matmul of `quantized` (a QDQ graph that kept its
-    source's node names) from `weights` (`float_weights` of the source); returns what a sidecar records: how
-    many matmuls, and the summed output error of nearest and of this rounding on the calibration images."""
+    source's node names) from `weights` (`float_weights` of the source), with the layers' inputs on `batches`;
+    returns what a sidecar records: how many matmuls, and the summed output error of nearest and of this
+    rounding on the calibration images."""
     from onnx import numpy_helper
 
     inits = {t.name: t for t in quantized.graph.initializer}
     todo = [t for t in targets(quantized) if t.matmul.name in weights]
-    moments = input_hessians(quantized, list(dict.fromkeys(t.matmul.input[0] for t in todo)), calib)
+    moments = input_hessians(quantized, list(dict.fromkeys(t.matmul.input[0] for t in todo)), batches)
     before = after = 0.0
     done = 0
     for t in todo:
