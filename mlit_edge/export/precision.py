@@ -144,6 +144,12 @@ class _Reader:
         return {self.input_name: batch}
 
 
+def _check_calibration(calib: np.ndarray) -> None:
+    """Both INT8 makers take the calibration images as the graph does: refused in one line otherwise."""
+    if getattr(calib, "ndim", 0) != 4 or len(calib) == 0:
+        raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
+
+
 def _batches(model, calib: np.ndarray, batch: int) -> list[np.ndarray]:
     """The calibration images in whole batches the graph takes: its fixed batch, else `batch`."""
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
@@ -192,8 +198,7 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
     router: with it (ONNX Runtime's default) the worst layer's expert agreement was 0.916, without it 0.971
     (docs/measurements.md, "INT8 sensitivity")."""
     src, out = Path(src), Path(out)
-    if calib.ndim != 4 or len(calib) == 0:
-        raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
+    _check_calibration(calib)
     source = fp32_source(src, source)
     model, smoothed = smoothing.apply(source.graph(), recipe, calib)  # exact; the same graph when not asked
     exclude = sorted(float_nodes(model, recipe))
@@ -260,8 +265,7 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     kernel (QLinearConv) requantizes its output, which measured slower. `recipe`: what else stays float
     (`int8_recipe`)."""
     src, out = Path(src), Path(out)
-    if calib.ndim != 4 or len(calib) == 0:
-        raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
+    _check_calibration(calib)
     source = fp32_source(src, source)
     model, smoothed = smoothing.apply(source.graph(), recipe, calib)  # exact; the same graph when not asked
     exclude = sorted(float_nodes(model, recipe))  # named before the split, which keeps each Gemm's name

@@ -56,3 +56,14 @@ def test_int8_ort_gives_an_image_the_same_logits_in_any_batch(tiny_onnx, tmp_pat
     quantize_dynamic(model, str(dynamic), op_types_to_quantize=["MatMul", "Gemm"], per_channel=True,
                      weight_type=QuantType.QInt8, nodes_to_exclude=sorted(float_nodes(model)))
     assert batch_drift(dynamic, images) > 1e-3
+
+
+@pytest.mark.parametrize("maker", ["to_int8", "to_int8_ort"])
+@pytest.mark.parametrize("calib", [np.zeros((0, 3, 32, 32), np.float32), np.zeros((4, 32, 32), np.float32), [1.0]],
+                         ids=["empty", "no channel axis", "a list"])
+def test_both_int8_makers_refuse_calibration_data_of_the_wrong_shape_in_one_line(tiny_onnx, tmp_path, maker, calib):
+    import mlit_edge.export.precision as precision
+
+    with pytest.raises(ValueError, match=r"^calibration data must be a non-empty \(N, 3, H, W\) float32 array$"):
+        getattr(precision, maker)(tiny_onnx, tmp_path / "x.onnx", calib, {})
+    assert not (tmp_path / "x.onnx").exists()
