@@ -183,6 +183,13 @@ def decided(row: dict) -> str:
     return " / ".join(f"L{d[t]['worst_layer']} {d[t]['worst']:.3f}" for t in ("0.01", "0.05") if t in d) or "-"
 
 
+def macs(row: dict) -> str:
+    """A row's INT8 MAC share and its ratio to today's; "-" for a row with no INT8 arithmetic (fp16, the diagnostic)."""
+    if not row["int8_mac_share"]:
+        return "-"
+    return f"{row['int8_mac_share']:.3f} ({row['share_vs_today']:.2f}×)"
+
+
 def table(rows: list[dict]) -> str:
     """The sweep as a markdown table."""
     head = ("| flavour | choice | calibration | worst layer | agreement per layer 0..8 | margin > 0.01 / > 0.05: worst "
@@ -192,7 +199,7 @@ def table(rows: list[dict]) -> str:
         agree = " ".join(f"{a:.3f}" for a in r["agreement"])
         lines.append(f"| {r['flavour']} | {r['choice']} | {r['method']} | L{r['worst_layer']} {r['worst']:.3f} "
                      f"| {agree} | {decided(r)} | {100 * r['top1']:.1f} % ({100 * r['delta_top1']:+.1f}) "
-                     f"| {r['int8_mac_share']:.3f} ({r['share_vs_today']:.2f}×) | {'met' if r['meets'] else '-'} |")
+                     f"| {macs(r)} | {'met' if r['meets'] else '-'} |")
     return "\n".join(lines)
 
 
