@@ -30,7 +30,8 @@ MATMULS = ("MatMul", "Gemm", "Conv")  # what the quantizers quantize
 ROUNDINGS = ("nearest", "gptq")  # how a recipe rounds the INT8 weights
 
 
-def _weights(model) -> set[str]:
+def constant_names(model) -> set[str]:
+    """The names of the tensors a graph holds as constants: its initializers and its Constant nodes' outputs."""
     return {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node
                                                         if n.op_type == "Constant"}
 
@@ -39,7 +40,7 @@ def router_nodes(model) -> set[str]:
     """Names of the routing nodes: each TopK, the MatMul/Gemm producing its input, and every node fed only
     by routing nodes or constants (the softmax over the top k, the one-hot gate matrix)."""
     producers = {o: n for n in model.graph.node for o in n.output}
-    constants = _weights(model)
+    constants = constant_names(model)
     routed: set[str] = set()
     routed_outputs: set[str] = set()
     for node in model.graph.node:
@@ -69,7 +70,7 @@ def router_nodes(model) -> set[str]:
 def activation_matmuls(model) -> set[str]:
     """MatMuls of two activations (attention scores, attention x values, gates x experts): no weight to
     quantize per channel, and the softmax/gate operands lose most of their precision in int8."""
-    weights = _weights(model)
+    weights = constant_names(model)
     producers = {o: n for n in model.graph.node for o in n.output}
 
     def from_weight(name: str) -> bool:

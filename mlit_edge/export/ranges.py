@@ -16,6 +16,7 @@ import numpy as np
 
 from ..base.progress import progress
 from .channel_trace import intermediates
+from .int8_recipe import constant_names
 
 PERCENTILE = 99.999  # ONNX Runtime's default for CalibrationMethod.Percentile
 BINS = 2048  # ONNX Runtime's default number of histogram bins
@@ -47,8 +48,7 @@ class _Histogram:
 def quantized_inputs(model, op_types: Iterable[str], exclude: set[str]) -> list[str]:
     """The activations the quantizer will quantize: every non-constant input of the nodes of `op_types` that are
     not in `exclude`, in graph order."""
-    constants = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                             for o in n.output}
+    constants = constant_names(model)
     types = set(op_types)
     names = [i for n in model.graph.node if n.op_type in types and n.name not in exclude
              for i in n.input if i and i not in constants]

@@ -33,7 +33,7 @@ class Target(NamedTuple):
 def targets(quantized) -> list[Target]:
     """The weighted MatMul/Gemm nodes whose weight is a per-output-channel INT8 initializer behind a
     DequantizeLinear, in graph order."""
-    from onnx import numpy_helper
+    from onnx import TensorProto
 
     inits = {t.name: t for t in quantized.graph.initializer}
     readers: dict[str, list] = {}
@@ -44,8 +44,8 @@ def targets(quantized) -> list[Target]:
     for node in quantized.graph.node:
         if node.op_type != "DequantizeLinear" or node.input[0] not in inits:
             continue
-        if numpy_helper.to_array(inits[node.input[0]]).dtype != np.int8 or len(inits[node.input[0]].dims) != 2:
-            continue
+        if inits[node.input[0]].data_type != TensorProto.INT8 or len(inits[node.input[0]].dims) != 2:
+            continue  # read from the proto: the values are converted once, by `apply`
         for user in readers.get(node.output[0], []):
             if user.op_type in ("MatMul", "Gemm") and len(user.input) > 1 and user.input[1] == node.output[0]:
                 found.append(Target(node, user, bool(attr(user, "transB", 0))))
