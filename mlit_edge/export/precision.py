@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from . import ranges, smoothing, weight_rounding
+from .integer_gemm import integer_gemms, split_outputs
 from .quiet import quiet
 from ..base.progress import Step, progress
 from ..runtime.runners import OnnxRuntimeRunner, load_onnx
@@ -217,10 +218,11 @@ def to_int8(src: str | Path, out: str | Path, calib: np.ndarray, calib_info: dic
 
 def split_residual_gemms(model, skip: set[str]) -> int:
     """Rewrite each Gemm not in `skip` whose C is an activation (the attention's output projection adding the
-    residual) as a MatMul of the same name and a Sum, in place; returns how many. A static QGemm takes only a
+    residual) as a MatMul of the same name and an Add, in place; returns how many. A static QGemm takes only a
     constant C, and a Gemm left with dequantized weights runs ONNX Runtime's float kernel, whose one-row path
-    rounds differently from its many-row one: an image's logits would then depend on its batch. A Sum, not an
-    Add: ONNX Runtime fuses MatMul + Add back into that Gemm before it fuses Q/DQ into MatMulIntegerToFloat."""
+    rounds differently from its many-row one: an image's logits would then depend on its batch. The MatMul is
+    written as MatMulIntegerToFloat once quantized (`integer_gemm`), so ONNX Runtime cannot fuse it and the Add
+    back into that Gemm."""
     from onnx import helper
 
     constants = {t.name for t in model.graph.initializer}
@@ -234,7 +236,7 @@ def split_residual_gemms(model, skip: set[str]) -> int:
             continue
         product = f"{node.output[0]}_matmul"
         nodes += [helper.make_node("MatMul", node.input[:2], [product], name=node.name),
-                  helper.make_node("Sum", [product, node.input[2]], [node.output[0]], name=f"{node.name}_residual")]
+                  helper.make_node("Add", [product, node.input[2]], [node.output[0]], name=f"{node.name}_residual")]
         split += 1
     del model.graph.node[:]
     model.graph.node.extend(nodes)
@@ -258,12 +260,15 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
 
     Every scale is fixed by calibration, so an image's logits do not depend on its batch-mates (the dynamic
     graph before issue 49 quantized each call's activations from the whole batch's range). The form is the one
-    ONNX Runtime fuses into integer kernels alone, measured the fastest static form (docs/export-and-build.md):
-    uint8 asymmetric activations, int8 symmetric per-channel weights, int32 biases, MatMul and Gemm with float
-    outputs (MatMulIntegerToFloat, QGemm). No weighted matmul is left to a float kernel reading dequantized
+    ONNX Runtime runs on integer kernels, measured the fastest static form (docs/export-and-build.md): uint8
+    asymmetric activations, int8 symmetric per-channel weights, each MatMul and Gemm written as ONNX Runtime's
+    MatMulIntegerToFloat (`integer_gemm`: its own fusion makes the biased ones QGemm, measured slower, and the
+    residual ones Gemms on dequantized weights). No weighted matmul is left to a float kernel reading dequantized
     weights, whose rounding changes with the batch. The patch embedding's Conv stays float: its only static
     kernel (QLinearConv) requantizes its output, which measured slower. `recipe`: what else stays float
     (`int8_recipe`)."""
+    import onnx
+
     src, out = Path(src), Path(out)
     _check_calibration(calib)
     source = fp32_source(src, source)
@@ -272,14 +277,17 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     split_residual_gemms(model, set(exclude))
     quantized, rounded = _quantize(model, out, recipe, exclude, _batches(model, calib, batch), ("MatMul", "Gemm"),
                                    "QUInt8", {"ActivationSymmetric": False, "QuantizeBias": True})
+    if integer_gemms(quantized):  # every INT8 matmul as MatMulIntegerToFloat, none left to ONNX Runtime's fusion
+        split_outputs(quantized)  # the MoE's input projection as one matmul per part: no Split copying it
+        onnx.save(quantized, str(out))
     # a graph of one fixed batch has no other batch to differ from
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
     drift = None if fixed else batch_drift(out, calib, source.record.ort_session)
     floats = set(exclude) | {n.name for n in model.graph.node if n.op_type == "Conv"}
     kept = recipe.record(model, floats)
     kept["float"] = list(dict.fromkeys([*kept["float"], PATCH]))  # the form quantizes MatMul and Gemm alone
-    quantization = {"mode": "static", "format": "QDQ for MatMulIntegerToFloat and QGemm",
-                    "weights": "int8, symmetric, per output channel", "biases": "int32",
+    quantization = {"mode": "static", "format": "Q/DQ MatMuls and MatMulIntegerToFloat (com.microsoft)",
+                    "weights": "int8, symmetric, per output channel", "biases": "int32 values, added in float",
                     "activations": f"uint8, asymmetric, scales fixed by calibration ({recipe.method})",
                     "float_nodes": len(floats), "batch_drift": drift, **kept,
                     **({"smoothing": smoothed} if smoothed else {}), **({"rounded": rounded} if rounded else {})}

@@ -119,8 +119,8 @@ def placement(platform: str, kind: str, record: ArtifactRecord, name: str, conte
     session creation will fail" (onnxruntime_backend README.md, r25.12).
 
     An ONNX made for ONNX Runtime's own kernels (sidecar runtime "onnxruntime": the -ort opset 23 Attention, which
-    the -int8-ort graph keeps between its uint8 Q/DQ matmuls) is refused for the GPU: TensorRT builds neither graph
-    (onnx/onnx-tensorrt docs/operators.md, 8.5-GA, 10.0-GA and main: opsets up to 20), so
+    the -int8-ort graph keeps between its MatMulIntegerToFloat matmuls) is refused for the GPU: TensorRT builds
+    neither graph (onnx/onnx-tensorrt docs/operators.md, 8.5-GA, 10.0-GA and main: opsets up to 20), so
     ONNX Runtime would run them on CUDA or CPU kernels between TensorRT islands, a path nobody measured; they were
     made and measured for the CPU (export/flavours.py), where `--kind cpu` serves them."""
     if kind not in KINDS:

@@ -49,7 +49,22 @@ def test_int8_ort_gives_an_image_the_same_logits_in_any_batch(tiny_onnx, tmp_pat
     manifest = (tmp_path / "mlit-tiny-int8-ort.calib.json").read_text()
     assert record["calibration"]["manifest_sha256"] in manifest and record["calibration"]["images"] == 64
     ops = {n.op_type for n in onnx.load(str(art)).graph.node}
-    assert {"QuantizeLinear", "DequantizeLinear"} <= ops and "DynamicQuantizeLinear" not in ops
+    assert {"QuantizeLinear", "DequantizeLinear", "MatMulIntegerToFloat"} <= ops and "DynamicQuantizeLinear" not in ops
+    # what ONNX Runtime runs: integer matmuls with float outputs, none through QGemm (export/integer_gemm.py)
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(art), opts, providers=["CPUExecutionProvider"])
+    ran = onnx.load(opts.optimized_model_filepath).graph.node
+    dequantized = {o for n in ran if n.op_type == "DequantizeLinear" for o in n.output}
+    assert "MatMulIntegerToFloat" in {n.op_type for n in ran} and "QGemm" not in {n.op_type for n in ran}
+    assert not [n.name for n in ran if n.op_type in ("MatMul", "Gemm") and dequantized & set(n.input)]
+    written = onnx.load(str(art)).graph.node  # the MoE's input projection is one matmul per part, not split
+    made = {o: n for n in written for o in n.output}
+    assert not [n.name for n in written if n.op_type == "Split" and made[n.input[0]].op_type == "Reshape"
+                and made[made[n.input[0]].input[0]].op_type == "MatMulIntegerToFloat"]
     # the graph int8-ort was before: each call quantizes its activations from the whole batch's range
     dynamic = tmp_path / "dynamic.onnx"
     model = onnx.load(str(tiny_onnx))
