@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 RECIPE_VERSION = 9  # bump when the settings of precision.to_int8 or to_int8_ort change (3: int8_recipe.ONNXRUNTIME;
 # 4: calibrated batch by batch, precision.STRIDED; 5: int8_recipe.ONNXRUNTIME smoothed; 6: TensorRT's Q/DQ on
 # inputs only, both recipes GPTQ-rounded; 7: percentile ranges from export/ranges.py; 8: those ranges read from
-# the graph as written, as ONNX Runtime's calibrators read it: scales move by an ulp; 9: int8-ort's biased Gemms
-# written as MatMulIntegerToFloat, export/integer_gemm.py)
+# the graph as written, as ONNX Runtime's calibrators read it: scales move by an ulp; 9: int8-ort's INT8 matmuls
+# written as MatMulIntegerToFloat and the MoE's input projection in parts, export/integer_gemm.py)
 DEFAULT_N = 512
 MIN_EXPERT_TOKENS = 1000  # [ours] fewer routed tokens than this and an expert's MinMax ranges rest on little data
 
