@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .channel_trace import attr
+
 CONTRIB = "com.microsoft"
 
 
-def _attrs(node) -> dict:
-    from onnx import helper
-
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+def integer_kernels(model) -> None:
+    """What the int8-ort maker applies, in place: every INT8 matmul as MatMulIntegerToFloat (`integer_gemms`),
+    then the MoE's input projection in parts (`split_outputs`)."""
+    if integer_gemms(model):
+        split_outputs(model)
 
 
 def integer_gemms(model) -> int:
@@ -61,10 +64,9 @@ def integer_gemms(model) -> int:
     nodes = []
     for node in graph.node:
         matmul = node.op_type in ("Gemm", "MatMul")
-        attrs = _attrs(node) if matmul else {}
         act = dequantized(node.input[0], TensorProto.UINT8) if matmul else None
         weight = dequantized(node.input[1], TensorProto.INT8) if act is not None else None
-        plain = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA", 0)
+        plain = attr(node, "alpha", 1.0) == 1.0 and attr(node, "beta", 1.0) == 1.0 and not attr(node, "transA", 0)
         if weight is None or not plain or len(inits[weight.input[0]].dims) != 2:
             nodes.append(node)
             continue
@@ -73,8 +75,8 @@ def integer_gemms(model) -> int:
             nodes.append(node)
             continue
         q, scale, zero = array(weight.input[0]), array(weight.input[1]), array(weight.input[2])
-        transposed = bool(attrs.get("transB", 0))
-        axis = _attrs(weight).get("axis", 1)
+        transposed = bool(attr(node, "transB", 0))
+        axis = attr(weight, "axis", 1)
         columns = q.shape[0] if transposed else q.shape[1]
         # per-channel along the other axis, or a bias broadcast from one value: not a form this kernel takes
         if (axis != (0 if transposed else 1) and scale.size > 1) or (bias is not None and bias.size != columns):
@@ -156,7 +158,8 @@ def split_outputs(model) -> int:
     replace: dict[str, list] = {}  # the name of a node to drop -> the nodes standing in its place (or [])
     added = []
     for node in graph.node:
-        if node.op_type != "MatMulIntegerToFloat" or node.domain != CONTRIB or len(readers.get(node.output[0], [])) != 1:
+        alone = len(readers.get(node.output[0], [])) == 1
+        if node.op_type != "MatMulIntegerToFloat" or node.domain != CONTRIB or not alone:
             continue
         reshape = readers[node.output[0]][0]
         shape = constant(reshape.input[1]) if reshape.op_type == "Reshape" and len(reshape.input) > 1 else None
@@ -166,27 +169,26 @@ def split_outputs(model) -> int:
             continue
         sizes = constant(split.input[1]) if len(split.input) > 1 else None
         weight = constant(node.input[1])
-        if (_attrs(split).get("axis") not in (1, -2) or sizes is None or weight is None
+        if (attr(split, "axis") not in (1, -2) or sizes is None or weight is None
                 or int(sizes.sum()) != shape[1] or weight.shape[1] != shape[1] * shape[2]):
             continue
-        per_column = [constant(node.input[i]) if len(node.input) > i and node.input[i] else None for i in (3, 5, 6)]
+        scale, zero = constant(node.input[3]), constant(node.input[5])
+        bias = constant(node.input[6]) if len(node.input) > 6 and node.input[6] else None
         parts, start = [], 0
         for k, (size, out) in enumerate(zip(sizes.tolist(), split.output)):
             cols = slice(start * shape[2], (start + size) * shape[2])
             start += size
-            names = [f"{node.name}_part{k}_{what}" for what in ("B", "scale", "zero_point", "bias", "shape", "y")]
-            inputs = [node.input[0], names[0], node.input[2], names[1], node.input[4], names[2]]
-            added.append(numpy_helper.from_array(np.ascontiguousarray(weight[:, cols]), names[0]))
-            for i, (value, name) in enumerate(zip(per_column, names[1:4])):
-                if value is None:
-                    continue
-                added.append(numpy_helper.from_array(value[cols] if value.size > 1 else value, name))
-                if i == 2:
-                    inputs.append(name)
-            added.append(numpy_helper.from_array(np.array([-1, size, shape[2]], np.int64), names[4]))
-            parts += [helper.make_node("MatMulIntegerToFloat", inputs, [names[5]], name=f"{node.name}_part{k}",
-                                       domain=CONTRIB),
-                      helper.make_node("Reshape", [names[5], names[4]], [out], name=f"{reshape.name}_part{k}")]
+            part = f"{node.name}_part{k}"
+            values = {"B": weight[:, cols], "scale": scale[cols] if scale.size > 1 else scale,
+                      "zero_point": zero[cols] if zero.size > 1 else zero,
+                      **({"bias": bias[cols]} if bias is not None else {}),
+                      "shape": np.array([-1, size, shape[2]], np.int64)}
+            added += [numpy_helper.from_array(np.ascontiguousarray(v), f"{part}_{what}") for what, v in values.items()]
+            inputs = [node.input[0], f"{part}_B", node.input[2], f"{part}_scale", node.input[4], f"{part}_zero_point"]
+            parts += [helper.make_node("MatMulIntegerToFloat", inputs + ([f"{part}_bias"] if bias is not None else []),
+                                       [f"{part}_y"], name=part, domain=CONTRIB),
+                      helper.make_node("Reshape", [f"{part}_y", f"{part}_shape"], [out],
+                                       name=f"{reshape.name}_part{k}")]
         replace.update({node.name: parts, reshape.name: [], split.name: []})
     if not replace:
         return 0

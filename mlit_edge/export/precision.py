@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
 from . import ranges, smoothing, weight_rounding
-from .integer_gemm import integer_gemms, split_outputs
+from .integer_gemm import integer_kernels
 from .quiet import quiet
 from ..base.progress import Step, progress
 from ..runtime.runners import OnnxRuntimeRunner, load_onnx
@@ -151,19 +151,25 @@ def _check_calibration(calib: np.ndarray) -> None:
         raise ValueError("calibration data must be a non-empty (N, 3, H, W) float32 array")
 
 
+def _fixed_batch(model) -> int | None:
+    """The batch a graph's input is fixed to; None where it takes any."""
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    return dim.dim_value if dim.HasField("dim_value") else None
+
+
 def _batches(model, calib: np.ndarray, batch: int) -> list[np.ndarray]:
     """The calibration images in whole batches the graph takes: its fixed batch, else `batch`."""
-    fixed = model.graph.input[0].type.tensor_type.shape.dim[0]
-    step = fixed.dim_value if fixed.HasField("dim_value") else batch
+    step = _fixed_batch(model) or batch
     return [calib[i:i + step] for i in range(0, len(calib) - step + 1, step)] or [calib[:step]]
 
 
 def _quantize(model, out: Path, recipe: Int8Recipe, exclude: list[str], batches: list[np.ndarray],
-              op_types: tuple, activations: str, options: dict) -> tuple[Any, dict | None]:
+              op_types: tuple, activations: str, options: dict,
+              rewrite: Callable[[Any], Any] | None = None) -> tuple[Any, dict | None]:
     """ONNX Runtime's static QDQ quantizer on `model` (both INT8 makers): `op_types` but `exclude` quantized on
     their inputs only, per-channel symmetric int8 weights, `activations` (a QuantType name), `recipe`'s ranges
-    and weight rounding, the float nodes reading float inputs; written to `out`. Returns the graph and the
-    rounding's record (None: nearest rounding)."""
+    and weight rounding, the float nodes reading float inputs, then `rewrite` (in place) where given; written to
+    `out`. Returns the graph and the rounding's record (None: nearest rounding)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -180,6 +186,8 @@ def _quantize(model, out: Path, recipe: Int8Recipe, exclude: list[str], batches:
     quantized = load_onnx(out)
     rounded = weight_rounding.apply(quantized, weights, batches) if weights else None
     float_inputs(quantized, set(exclude))
+    if rewrite is not None:
+        rewrite(quantized)
     set_precision_meta(quantized, "int8")
     onnx.save(quantized, str(out))
     return quantized, rounded
@@ -267,8 +275,6 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     weights, whose rounding changes with the batch. The patch embedding's Conv stays float: its only static
     kernel (QLinearConv) requantizes its output, which measured slower. `recipe`: what else stays float
     (`int8_recipe`)."""
-    import onnx
-
     src, out = Path(src), Path(out)
     _check_calibration(calib)
     source = fp32_source(src, source)
@@ -276,13 +282,9 @@ def to_int8_ort(src: str | Path, out: str | Path, calib: np.ndarray, calib_info:
     exclude = sorted(float_nodes(model, recipe))  # named before the split, which keeps each Gemm's name
     split_residual_gemms(model, set(exclude))
     quantized, rounded = _quantize(model, out, recipe, exclude, _batches(model, calib, batch), ("MatMul", "Gemm"),
-                                   "QUInt8", {"ActivationSymmetric": False, "QuantizeBias": True})
-    if integer_gemms(quantized):  # every INT8 matmul as MatMulIntegerToFloat, none left to ONNX Runtime's fusion
-        split_outputs(quantized)  # the MoE's input projection as one matmul per part: no Split copying it
-        onnx.save(quantized, str(out))
+                                   "QUInt8", {"ActivationSymmetric": False, "QuantizeBias": True}, integer_kernels)
     # a graph of one fixed batch has no other batch to differ from
-    fixed = model.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
-    drift = None if fixed else batch_drift(out, calib, source.record.ort_session)
+    drift = None if _fixed_batch(model) else batch_drift(out, calib, source.record.ort_session)
     floats = set(exclude) | {n.name for n in model.graph.node if n.op_type == "Conv"}
     kept = recipe.record(model, floats)
     kept["float"] = list(dict.fromkeys([*kept["float"], PATCH]))  # the form quantizes MatMul and Gemm alone
