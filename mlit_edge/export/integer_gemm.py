@@ -5,16 +5,15 @@ picks the kernel. For a Gemm with a bias it picks QGemm, which with a float outp
 into every row of its output on one thread, then accumulates the integer product onto it
 (onnxruntime/contrib_ops/cpu/quantization/qgemm.cc: `GemmBroadcastBias` before `MlasGemmBatch`). At batch 64
 that is 9280 rows of 324 for the XXS's expert input projection. MatMulIntegerToFloat (com.microsoft) runs the
-same u8s8 integer GEMM and applies the per-channel scale and a float bias as each tile is written: 0.55 against
-0.75 ms at 9280 x 108 x 108 and 1.58 against 1.79 ms at 9280 x 108 x 324, side by side in one process
-(docs/export-and-build.md). A residual MatMul followed by an Add is fused back into a Gemm on dequantized
+same u8s8 integer GEMM and applies the per-channel scale and a float bias as each tile is written: 1.16-1.30x
+QGemm's speed at 9280 x 108 x 108 and 1.11-1.13x at 9280 x 108 x 324 (`benchmarks/int8_kernels.py`, two runs). A residual MatMul followed by an Add is fused back into a Gemm on dequantized
 weights before any Q/DQ fusion, a float kernel whose rounding changes with the batch. Written here, every INT8
 matmul runs the integer kernel, whatever ONNX Runtime's fusions do.
 
 `split_outputs` then writes the MoE's input projection, whose product the graph reshapes and splits into the
 experts' part and V, as one MatMulIntegerToFloat per part: the same values, bit for bit, without the Split's
-copy of the whole product; 1.45 against 1.91 ms at 9280 x 108 x (243 + 81), and 164.5 against 171.8 ms per
-batch-64 call of the XXS graph (medians of ten fresh processes each, alternating).
+copy of the whole product: 1.52-1.68x the speed of one matmul and the Split at 9280 x 108 x (243 + 81), the
+same script.
 
 The arithmetic stays what calibration fixed: the same uint8 activation and its scale, the same int8 weights and
 per-channel scales, and a Gemm's bias as its int32 bias dequantized, added in float after the integer product
